@@ -1,0 +1,115 @@
+"""Configuration records: the deployment's dimensions and a compile's constants.
+
+A deployment fixes its dimensions once (SPEC §5); a compile may change the models,
+the runner and the numeric defaults of SPEC, never the dimensions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RunnerName = Literal["chat", "mini-swe-agent", "command", "replay"]
+
+
+class Dimension(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")  # also a Dagster asset name
+    description: str
+    rubric: dict[int, str]  # score 1..5 -> what that score means
+
+    @field_validator("rubric")
+    @classmethod
+    def _five_levels(cls, rubric: dict[int, str]) -> dict[int, str]:
+        if sorted(rubric) != [1, 2, 3, 4, 5]:
+            raise ValueError("rubric must define scores 1, 2, 3, 4 and 5")
+        return rubric
+
+
+def _dim(name: str, description: str, *levels: str) -> Dimension:
+    return Dimension(name=name, description=description, rubric=dict(enumerate(levels, start=1)))
+
+
+DEFAULT_DIMENSIONS: tuple[Dimension, ...] = (
+    _dim(
+        "correctness",
+        "What the unit says is true for this task and its tools.",
+        "Mostly wrong or misleading for this task; following it causes errors.",
+        "Several wrong claims or commands; the traces show the agent misled by it.",
+        "Mostly right, with a wrong or outdated detail that matters.",
+        "Right for this task; only a minor imprecision.",
+        "Entirely right for this task and its tools; nothing the traces contradict.",
+    ),
+    _dim(
+        "actionability",
+        "The agent can act on the unit directly.",
+        "Vague aims only; the agent cannot tell what to do.",
+        "Some direction, but the agent has to guess the steps.",
+        "Steps are there but miss commands, paths or values the agent needed.",
+        "Concrete steps the agent can follow, with small gaps.",
+        "Concrete, ordered, complete steps the agent followed without guessing.",
+    ),
+    _dim(
+        "coverage",
+        "The unit covers what the traces show the agent needed.",
+        "Misses nearly everything the agent needed here.",
+        "Covers a little; the agent searched or guessed for most of it.",
+        "Covers the main path; misses cases the traces show mattered.",
+        "Covers nearly all the agent needed.",
+        "Covers everything the traces show the agent needed, nothing missing.",
+    ),
+    _dim(
+        "clarity",
+        "The agent read the unit as it was meant.",
+        "The agent misread it in most traces.",
+        "Ambiguous; the agent misread important parts.",
+        "Mostly clear; some wording led the agent astray.",
+        "Clear; at most a small hesitation in the traces.",
+        "Unambiguous; the agent read it exactly as meant every time.",
+    ),
+    _dim(
+        "concision",
+        "No text the agent did not need.",
+        "Mostly text the agent did not need; the useful part is buried.",
+        "Much padding or repetition.",
+        "Some text the agent did not need.",
+        "Tight, with a little excess.",
+        "Every sentence earned its place in the traces.",
+    ),
+)
+
+
+class CompileConfig(BaseModel):
+    """A compile's effective settings; part of its identity (SPEC §2)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    judge_model: str = "local"
+    editor_model: str = "local"
+    agent_model: str = "local"
+    runner: RunnerName = "chat"
+    agent_command: str | None = None
+    agent_output_format: Literal["claude-stream-json", "jsonl", "text"] = "text"
+    rollouts: int = Field(default=3, ge=1, le=20)
+    section_iterations: int = Field(default=6, ge=0)
+    paragraph_iterations: int = Field(default=3, ge=0)
+    edit_attempts: int = Field(default=3, ge=1)
+    gap_threshold: float = Field(default=0.375, ge=0, lt=1)
+    rejection_limit: int = Field(default=2, ge=1)
+    parallel: int = Field(default=3, ge=1, le=32)  # model calls in flight per compile
+    min_gain: float = Field(default=0.5, gt=0)
+    descent_ceiling: float = Field(default=3.5, ge=1, le=5)
+    min_paragraphs: int = Field(default=2, ge=1)
+    rollout_timeout_s: float = Field(default=600.0, gt=0)
+    max_calls: int | None = Field(default=None, ge=1)
+    max_usd: float | None = Field(default=None, gt=0)
+    dimensions: tuple[Dimension, ...] = DEFAULT_DIMENSIONS
+
+    @property
+    def dimension_names(self) -> list[str]:
+        return [d.name for d in self.dimensions]
+
+    def iteration_budget(self, level: str) -> int:
+        return self.section_iterations if level == "section" else self.paragraph_iterations

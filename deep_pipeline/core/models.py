@@ -1,0 +1,225 @@
+"""The records of a compile (SPEC §2–§7), as pydantic models.
+
+Every record that crosses a boundary (disk, Dagster metadata, a model answer) is one
+of these. They are plain data: the rules that act on them live in the sibling modules.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Level = Literal["section", "paragraph"]
+StepSource = Literal["user", "agent", "tool", "system"]
+ErrorCategory = Literal["timeout", "idle_timeout", "api_error", "agent_error", "sandbox_setup"]
+TIMEOUT_CATEGORIES = ("timeout", "idle_timeout")
+
+# Decision reasons (SPEC §6.6, §4, §6.2), plus the budget stop (§8).
+ACCEPTED = "target_improved_without_runtime_regression"
+NOT_RELEVANT = "target_unit_not_task_relevant"
+REGRESSED_PREFIX = "runtime_regressed:"
+NO_IMPROVEMENT = "target_cell_did_not_improve"
+EXACT_DUPLICATE = "exact_duplicate_rejected_edit"
+EDIT_INVALID = "edit_validation_exhausted"
+BUDGET_EXHAUSTED = "budget_exhausted"
+
+# Level stop reasons (SPEC §7).
+StopReason = Literal[
+    "normalized_gap_converged",
+    "available_coordinates_exhausted",
+    "coordinate_exhausted",
+    "max_iterations",
+    "max_iterations_after_accept",
+    "budget_exhausted",
+]
+
+
+class Record(BaseModel):
+    """Base of every record: unknown fields are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Unit(Record):
+    """One editable piece of SKILL.md: a section or a paragraph of one section.
+
+    `start`/`end` index the whole decoded SKILL.md text (front matter included), so
+    `skill_text[start:end] == text`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    unit_id: str
+    level: Level
+    heading: str | None = None
+    heading_depth: int | None = None
+    section_id: str | None = None  # the parent section of a paragraph
+    start: int
+    end: int
+    text: str
+
+
+class ToolCall(Record):
+    name: str
+    arguments: str = ""  # JSON text or the raw command, as the agent gave it
+    call_id: str | None = None
+
+
+class TraceStep(Record):
+    step: int = Field(ge=1)
+    source: StepSource
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+class Trace(Record):
+    """One rollout of an agent on the task with one SKILL.md."""
+
+    trace_id: str
+    batch: str = "input"
+    skill_sha256: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    prompt: str = ""
+    steps: list[TraceStep] = Field(default_factory=list)
+    final_output: str = ""
+    timed_out: bool = False
+    error_category: ErrorCategory | None = None
+    error_reason: str | None = None
+    duration_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+
+    @model_validator(mode="after")
+    def _steps_numbered(self) -> "Trace":
+        for index, step in enumerate(self.steps, start=1):
+            if step.step != index:
+                raise ValueError(f"steps must be numbered 1..n in order; step {index} is numbered {step.step}")
+        if self.error_category in TIMEOUT_CATEGORIES:
+            self.timed_out = True
+        return self
+
+
+class EvidenceRef(Record):
+    trace_id: str
+    step: int
+    quote: str
+
+
+class Cell(Record):
+    unit_id: str
+    dimension: str
+    score: int = Field(ge=1, le=5)
+    reason: str = ""
+    evidence: list[EvidenceRef] = Field(default_factory=list)
+    dropped_evidence: int = 0
+
+    @property
+    def gap(self) -> float:
+        """Normalized gap (SPEC §5): 0 for a perfect 5, 1 for a 1."""
+        return (5 - self.score) / 4
+
+
+class Coordinate(Record):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    unit_id: str
+    dimension: str
+
+    def __str__(self) -> str:
+        return f"{self.unit_id}/{self.dimension}"
+
+
+class ScoreMatrix(Record):
+    """A level's scored matrix: every unit on every dimension (SPEC §5).
+
+    `index` counts matrices within the level (0 = the level's start, later ones are
+    refreshes). `units` is the unit list as it was cut when the matrix was scored.
+    """
+
+    level: Level
+    index: int = 0
+    section_id: str | None = None  # set at paragraph level
+    dimensions: list[str]
+    units: list[Unit]
+    cells: list[Cell]
+    trace_batch: str  # the traces it was scored on
+    skill_sha256: str
+    active_dimension: str | None = None  # a paragraph level starts with one
+    budget_exhausted: bool = False  # scoring stopped at the budget; cells may be missing
+
+    def cell(self, coordinate: Coordinate) -> Cell | None:
+        for cell in self.cells:
+            if cell.unit_id == coordinate.unit_id and cell.dimension == coordinate.dimension:
+                return cell
+        return None
+
+    def with_cell(self, new: Cell) -> "ScoreMatrix":
+        cells = [new if (c.unit_id, c.dimension) == (new.unit_id, new.dimension) else c for c in self.cells]
+        return self.model_copy(update={"cells": cells})
+
+
+class LocalEdit(Record):
+    unit_id: str
+    dimension: str
+    new_text: str
+    edit_summary: str = ""
+
+
+class Comparison(Record):
+    """The judge's verdict on one cell, mapped back from the blind A/B order."""
+
+    incumbent_score: int = Field(ge=1, le=5)
+    candidate_score: int = Field(ge=1, le=5)
+    task_relevant: bool
+    runtime_regressions: list[str] = Field(default_factory=list)
+    candidate_evidence: list[EvidenceRef] = Field(default_factory=list)
+    dropped_evidence: int = 0
+    reason: str = ""
+    candidate_label: Literal["A", "B"] = "B"  # which side the judge saw the candidate as
+    order_seed: int = 0
+
+
+class Rejection(Record):
+    """Feedback the editor gets for a coordinate (SPEC §6.1, §6.7)."""
+
+    unit_id: str
+    dimension: str
+    edit_summary: str
+    score_change: str  # e.g. "3 -> 3"
+    reason: str
+    text_sha256: str | None = None
+
+
+class Decision(Record):
+    """One iteration's outcome. Recording it is the commit (SPEC §6.7)."""
+
+    level: Level
+    index: int  # iteration number within the level (0-based)
+    section_id: str | None = None
+    coordinate: Coordinate
+    accepted: bool
+    reason: str
+    delta: float | None = None
+    incumbent_score: int | None = None
+    candidate_score: int | None = None
+    edit_summary: str = ""
+    edit_sha256: str | None = None  # hash of the unit's new text
+    candidate_label: Literal["A", "B"] | None = None
+    order_seed: int | None = None
+    # On accept: what the current package, traces and cell become.
+    new_text: str | None = None
+    skill_text: str | None = None
+    trace_batch: str | None = None
+    candidate_cell: Cell | None = None
+
+
+class LevelSummary(Record):
+    level: Level
+    section_id: str | None = None
+    stop_reason: StopReason | None = None
+    iterations: int = 0
+    accepted: int = 0
+    matrices: int = 0
