@@ -1,0 +1,128 @@
+"""The compile store: one folder per compile, every step's output written atomically.
+
+Layout of `<root>/<compile key>/` (documented in the README):
+
+    compile.json                    identity: hashes, task, effective config
+    input/skill/                    S_fast, copied
+    input/bundle.json               the task bundle as given
+    traces/<batch>/<trace_id>.json  every trace (batch "input", "section-i00", ...)
+    raw/<batch>/<n>/                archived raw agent output (size-capped)
+    matrices/<level>-m<NN>/         column-<dimension>.json, matrix.json
+    iterations/<level>-i<NN>/       edit.json, candidate/, rollouts.json,
+                                    comparison.json, decision.json
+    llm/cache/<hash>.json           model answers (crash-safe resume, replay)
+    llm/calls.jsonl                 accounting: one line per real model call
+    final/skill/, report.json       S_final and the report
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return sha256_bytes(text.encode("utf-8"))
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same folder, fsync, rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    # newline="" semantics: the text is written exactly, CRLF kept.
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, value: BaseModel | Any) -> None:
+    if isinstance(value, BaseModel):
+        data = value.model_dump(mode="json")
+    else:
+        data = value
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def read_model(path: Path, model: type[M]) -> M:
+    return model.model_validate(read_json(path))
+
+
+def package_files(root: Path) -> list[Path]:
+    """Relative paths of every regular file in a package, sorted (symlinks followed)."""
+    root = Path(root)
+    files = [p.relative_to(root) for p in root.rglob("*") if p.is_file()]
+    return sorted(files, key=lambda p: p.as_posix())
+
+
+def package_hash(root: Path) -> str:
+    """sha256 over sorted relative paths and their files' sha256 (SPEC §2)."""
+    digest = hashlib.sha256()
+    for rel in package_files(root):
+        digest.update(rel.as_posix().encode("utf-8"))
+        digest.update(b"\0")
+        digest.update(sha256_bytes((Path(root) / rel).read_bytes()).encode("ascii"))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def atomic_copy_tree(src: Path, dst: Path, replace: dict[str, bytes] | None = None) -> None:
+    """Copy a package to `dst` through a temp folder and one rename.
+
+    `replace` maps relative paths to new contents (a candidate's SKILL.md).
+    An existing `dst` is left as it is: a finished copy is the step's record.
+    """
+    dst = Path(dst)
+    if dst.exists():
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        shutil.rmtree(tmp)
+        shutil.copytree(src, tmp, symlinks=False)
+        for rel, data in (replace or {}).items():
+            (tmp / rel).write_bytes(data)
+        os.replace(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(dst.parent)
