@@ -89,6 +89,10 @@ class CompileConfig(BaseModel):
     judge_model: str = "local"
     editor_model: str = "local"
     agent_model: str = "local"
+    # OpenAI-compatible endpoints (a self-hosted server, a test double); None = provider default.
+    judge_api_base: str | None = None
+    editor_api_base: str | None = None
+    agent_api_base: str | None = None
     runner: RunnerName = "chat"
     agent_command: str | None = None
     agent_output_format: Literal["claude-stream-json", "jsonl", "text"] = "text"

@@ -1,0 +1,1 @@
+"""Asset definitions, one module per group: inputs, matrix, iteration, output."""

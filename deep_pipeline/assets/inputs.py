@@ -1,0 +1,36 @@
+"""[inputs] The incumbent's traces: imported from the bundle, or S_fast rolled out."""
+
+import dagster as dg
+
+from deep_pipeline.engine.io_steps import input_step
+from deep_pipeline.metadata import file_ref
+from deep_pipeline.partitions import compiles_partitions
+from deep_pipeline.resources import CompileStoreResource
+
+
+@dg.asset(
+    partitions_def=compiles_partitions,
+    group_name="inputs",
+    kinds={"python"},
+    pool="llm",
+    description="The incumbent's traces (batch `input`): the bundle's own when they were made by this "
+    "agent and model on this SKILL.md, else S_fast rolled out (SPEC §2).",
+)
+def input_traces(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
+    ctx = store.context(context.partition_key)
+    batch = input_step(ctx)
+    traces = ctx.cdir.traces(batch.batch)
+    return dg.MaterializeResult(
+        metadata={
+            "compile": dg.MetadataValue.text(ctx.cdir.key),
+            "source": dg.MetadataValue.text(batch.source),
+            "note": dg.MetadataValue.text(batch.note or "-"),
+            "traces": dg.MetadataValue.int(len(traces)),
+            "timed_out": dg.MetadataValue.int(sum(t.timed_out for t in traces)),
+            "errors": dg.MetadataValue.int(sum(t.error_category is not None for t in traces)),
+            "skill_sha256": dg.MetadataValue.text(batch.skill_sha256),
+            "agent_model": dg.MetadataValue.text(ctx.config.agent_model),
+            "runner": dg.MetadataValue.text(ctx.config.runner),
+            **file_ref(ctx.cdir.batch_dir(batch.batch) / "batch.json"),
+        }
+    )

@@ -1,0 +1,148 @@
+"""[iteration] candidate_edit -> candidate_package -> candidate_rollouts -> comparison -> decision.
+
+All five materialize on every iteration, short-circuited ones included (their metadata
+says `skipped: ...`), so `decision` always exists. Dagster cannot map between two
+dynamic partition sets, so the links to the matrix selected from, the incumbent's
+traces and the compile are metadata (keys, paths, sha256), not dependencies.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from deep_pipeline.core.keys import matrix_key, parse_key
+from deep_pipeline.core.matrix import matrix_markdown
+from deep_pipeline.engine import iteration_steps as steps
+from deep_pipeline.engine.records import CandidateRecord, ComparisonRecord, EditRecord, RolloutsRecord
+from deep_pipeline.metadata import file_ref, unit_diff, usage_meta
+from deep_pipeline.partitions import iterations_partitions
+from deep_pipeline.resources import CompileStoreResource
+
+COMMON = dict(partitions_def=iterations_partitions, group_name="iteration", kinds={"python"})
+
+
+def _iteration(store: CompileStoreResource, partition_key: str) -> steps.Iteration:
+    compile_key, level, _, index = parse_key(partition_key)
+    return steps.Iteration(store.context(compile_key), level, index)
+
+
+def _stored(it: steps.Iteration, name: str, model):
+    record = it.load(name, model)
+    if record is None:
+        raise dg.Failure(f"{it.key}: {name} is missing; run the earlier iteration steps first")
+    return record
+
+
+def _skipped(reason: str | None) -> dict:
+    return {"skipped": dg.MetadataValue.text(reason.replace("_", " ") if reason else "no")}
+
+
+@dg.asset(**COMMON, pool="llm", description="The editor's local edit of the selected unit, validated (SPEC §4, §6.1-2).")
+def candidate_edit(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
+    it = _iteration(store, context.partition_key)
+    edit = steps.edit_step(it)
+    cfg = it.ctx.config
+    return dg.MaterializeResult(
+        metadata={
+            "coordinate": dg.MetadataValue.text(str(edit.coordinate)),
+            "cell_score": dg.MetadataValue.float(float(edit.cell.score)),
+            "cell_reason": dg.MetadataValue.text(edit.cell.reason),
+            "status": dg.MetadataValue.text(edit.status),
+            "attempts": dg.MetadataValue.int(len(edit.attempts)),
+            "failed_checks": dg.MetadataValue.json([a.reason for a in edit.attempts if not a.ok]),
+            "edit_summary": dg.MetadataValue.text(edit.edit.edit_summary if edit.edit else "-"),
+            "edit_diff": dg.MetadataValue.md(unit_diff(edit.unit_text_before, edit.unit_text_after or edit.unit_text_before, edit.coordinate.unit_id)),
+            "edit_sha256": dg.MetadataValue.text(edit.edit_sha256 or "-"),
+            "selected_from_matrix": dg.MetadataValue.text(_matrix_key_of(it)),
+            "incumbent_traces": dg.MetadataValue.text(edit.incumbent_batch),
+            **usage_meta(edit.usage, {"editor": cfg.editor_model}),
+            **file_ref(it.path("edit.json")),
+        }
+    )
+
+
+@dg.asset(**COMMON, deps=[candidate_edit], description="The current package with that one unit replaced (SPEC §6.3).")
+def candidate_package(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
+    it = _iteration(store, context.partition_key)
+    record = steps.candidate_step(it, _stored(it, "edit.json", EditRecord))
+    meta = _skipped(record.skipped)
+    if not record.skipped:
+        meta |= {
+            "package_dir": dg.MetadataValue.path(record.package_dir),
+            "package_hash": dg.MetadataValue.text(record.package_hash),
+            "skill_sha256": dg.MetadataValue.text(record.skill_sha256),
+        }
+    return dg.MaterializeResult(metadata=meta | file_ref(it.path("candidate.json")))
+
+
+@dg.asset(**COMMON, deps=[candidate_package], pool="llm", description="The candidate's rollouts, concurrently, each with a timeout (SPEC §6.4).")
+def candidate_rollouts(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
+    it = _iteration(store, context.partition_key)
+    record = steps.rollouts_step(it, _stored(it, "candidate.json", CandidateRecord))
+    meta = _skipped(record.skipped)
+    if not record.skipped:
+        meta |= {
+            "batch": dg.MetadataValue.text(record.batch),
+            "trace_ids": dg.MetadataValue.json(record.trace_ids),
+            "timed_out": dg.MetadataValue.int(record.timed_out),
+            "errors": dg.MetadataValue.int(record.errors),
+            "runner": dg.MetadataValue.text(it.ctx.config.runner),
+            "agent_model": dg.MetadataValue.text(it.ctx.config.agent_model),
+            **file_ref(it.ctx.cdir.batch_dir(record.batch) / "batch.json"),
+        }
+    return dg.MaterializeResult(metadata=meta | file_ref(it.path("rollouts.json")))
+
+
+@dg.asset(**COMMON, deps=[candidate_rollouts], pool="llm", description="The judge's blind A/B comparison of the one cell (SPEC §6.5).")
+def comparison(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
+    it = _iteration(store, context.partition_key)
+    record = steps.comparison_step(it, _stored(it, "edit.json", EditRecord), _stored(it, "rollouts.json", RolloutsRecord))
+    meta = _skipped(record.skipped)
+    if record.comparison is not None:
+        c = record.comparison
+        meta |= {
+            "incumbent_score": dg.MetadataValue.float(float(c.incumbent_score)),
+            "candidate_score": dg.MetadataValue.float(float(c.candidate_score)),
+            "task_relevant": dg.MetadataValue.bool(c.task_relevant),
+            "runtime_regressions": dg.MetadataValue.json(c.runtime_regressions),
+            "ab_order": dg.MetadataValue.text(f"candidate shown as {c.candidate_label} (seed {c.order_seed})"),
+            "reason": dg.MetadataValue.text(c.reason),
+            "candidate_evidence": dg.MetadataValue.json([e.model_dump() for e in c.candidate_evidence]),
+            "dropped_evidence": dg.MetadataValue.int(c.dropped_evidence),
+            "incumbent_traces": dg.MetadataValue.text(record.incumbent_batch),
+            "candidate_traces": dg.MetadataValue.text(record.candidate_batch),
+        }
+    meta |= usage_meta(record.usage, {"judge": it.ctx.config.judge_model})
+    return dg.MaterializeResult(metadata=meta | file_ref(it.path("comparison.json")))
+
+
+@dg.asset(**COMMON, deps=[comparison], description="The iteration's decision (SPEC §6.6); recording it is the commit (§6.7).")
+def decision(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
+    it = _iteration(store, context.partition_key)
+    record = steps.decision_step(it, _stored(it, "edit.json", EditRecord), _stored(it, "comparison.json", ComparisonRecord))
+    d = record.decision
+    state = it.ctx.plan()[1]
+    meta = {
+        "compile": dg.MetadataValue.text(it.ctx.cdir.key),
+        "coordinate": dg.MetadataValue.text(str(d.coordinate)),
+        "accepted": dg.MetadataValue.bool(d.accepted),
+        "reason": dg.MetadataValue.text(d.reason),
+        "delta": dg.MetadataValue.float(float(d.delta)) if d.delta is not None else dg.MetadataValue.text("-"),
+        "ab_order": dg.MetadataValue.text(f"candidate shown as {d.candidate_label}" if d.candidate_label else "-"),
+        "edit_summary": dg.MetadataValue.text(d.edit_summary or "-"),
+        "selected_from_matrix": dg.MetadataValue.text(_matrix_key_of(it)),
+        "evidence_files": dg.MetadataValue.json({n: str(it.path(n)) for n in ("edit.json", "comparison.json", "rollouts.json")}),
+        "current_matrix": dg.MetadataValue.md(matrix_markdown(state.current_matrix) if state.current_matrix else "-"),
+        **usage_meta(record.usage),
+        **file_ref(it.path("decision.json")),
+    }
+    return dg.MaterializeResult(metadata=meta)
+
+
+def _matrix_key_of(it: steps.Iteration) -> str:
+    """The matrix the iteration's cell came from: the level's latest before this iteration."""
+    matrices = [m for m in it.ctx.cdir.matrix_records() if m.matrix.level == it.level]
+    edit = it.load("edit.json", EditRecord)
+    before = [m for m in matrices if edit is None or m.seq < edit.seq]
+    latest = max(before, key=lambda m: m.seq) if before else None
+    return matrix_key(it.ctx.cdir.key, it.level, latest.matrix.index) if latest else "-"

@@ -1,0 +1,99 @@
+"""[matrix] One asset per dimension (a matrix column) and `level_matrix`, per matrix key.
+
+The columns are outputs of one `@multi_asset` step that scores them on a small thread
+pool and yields each the moment it is done: one process instead of five (each would
+pay the dagster + litellm import), and each column still materialized and stored on
+its own, so a crash repeats only the columns not yet done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import dagster as dg
+
+from deep_pipeline.core.config import Dimension
+from deep_pipeline.core.keys import parse_key
+from deep_pipeline.engine.matrix_steps import MatrixPlan, assemble_matrix, score_columns
+from deep_pipeline.metadata import file_ref, matrix_meta, usage_meta
+from deep_pipeline.partitions import matrices_partitions
+from deep_pipeline.resources import CompileStoreResource
+
+
+def column_key(dimension: str) -> dg.AssetKey:
+    return dg.AssetKey(["matrix", dimension])
+
+
+def _plan(store: CompileStoreResource, partition_key: str) -> MatrixPlan:
+    compile_key, level, _, index = parse_key(partition_key)
+    return MatrixPlan(store.context(compile_key), level, index)
+
+
+def build_matrix_assets(dimensions: Sequence[Dimension]) -> list[dg.AssetsDefinition]:
+    specs = [
+        dg.AssetSpec(
+            column_key(dim.name),
+            partitions_def=matrices_partitions,
+            group_name="matrix",
+            kinds={"python"},
+            description=f"Matrix column `{dim.name}`: {dim.description} One judge call scores every unit.",
+            skippable=True,  # a budget stop leaves later columns unscored
+        )
+        for dim in dimensions
+    ]
+
+    @dg.multi_asset(specs=specs, name="matrix_columns", partitions_def=matrices_partitions, pool="llm")
+    def matrix_columns(context: dg.AssetExecutionContext, store: CompileStoreResource):
+        plan = _plan(store, context.partition_key)
+        if plan.record is not None:  # already scored: re-record the stored columns
+            columns = [c for c in _stored_columns(plan)]
+        else:
+            columns = score_columns(plan)
+        models = {"judge": plan.ctx.config.judge_model}
+        for column in columns:
+            scores = {c.unit_id: float(c.score) for c in column.cells}
+            yield dg.MaterializeResult(
+                asset_key=column_key(column.dimension),
+                metadata={
+                    "scores": dg.MetadataValue.json(scores),
+                    "mean_score": dg.MetadataValue.float(sum(scores.values()) / max(len(scores), 1)),
+                    "dropped_evidence": dg.MetadataValue.int(column.dropped_evidence),
+                    "shared_prefix_fraction": dg.MetadataValue.float(column.shared_prefix_chars / max(column.prompt_chars, 1)),
+                    **usage_meta(column.usage, models),
+                    **file_ref(plan.column_path(column.dimension)),
+                },
+            )
+
+    @dg.asset(
+        partitions_def=matrices_partitions,
+        group_name="matrix",
+        kinds={"python"},
+        deps=[column_key(d.name) for d in dimensions],
+        description="A level's score matrix (every unit x every dimension), built from its columns (SPEC §5).",
+    )
+    def level_matrix(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
+        plan = _plan(store, context.partition_key)
+        record = assemble_matrix(plan)
+        return dg.MaterializeResult(
+            metadata={
+                "compile": dg.MetadataValue.text(plan.ctx.cdir.key),
+                "level": dg.MetadataValue.text(record.matrix.level),
+                "reason": dg.MetadataValue.text(record.reason),
+                "section": dg.MetadataValue.text(record.matrix.section_id or "-"),
+                **matrix_meta(record.matrix),
+                **usage_meta(record.usage, {"judge": plan.ctx.config.judge_model}),
+                **file_ref(plan.folder / "matrix.json"),
+            }
+        )
+
+    return [matrix_columns, level_matrix]
+
+
+def _stored_columns(plan: MatrixPlan):
+    from deep_pipeline.engine.records import ColumnRecord
+    from deep_pipeline.store import read_model
+
+    for dim in plan.ctx.config.dimensions:
+        path = plan.column_path(dim.name)
+        if path.is_file():
+            yield read_model(path, ColumnRecord)

@@ -1,0 +1,49 @@
+"""[output] S_final and the compile report, per compile (SPEC §8)."""
+
+import dagster as dg
+
+from deep_pipeline.engine.io_steps import finalize_step
+from deep_pipeline.metadata import file_ref, usage_meta
+from deep_pipeline.partitions import compiles_partitions
+from deep_pipeline.resources import CompileStoreResource
+from deep_pipeline.store import read_model
+
+COMMON = dict(partitions_def=compiles_partitions, group_name="output", kinds={"python"})
+
+
+@dg.asset(**COMMON, description="S_final: the final package; every file but SKILL.md byte-identical to S_fast.")
+def final_skill(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
+    ctx = store.context(context.partition_key)
+    report = finalize_step(ctx)
+    return dg.MaterializeResult(
+        metadata={
+            "status": dg.MetadataValue.text(report.status),
+            "final_skill_dir": dg.MetadataValue.path(report.final_skill_dir),
+            "final_package_hash": dg.MetadataValue.text(report.final_package_hash),
+            "input_package_hash": dg.MetadataValue.text(report.input_package_hash),
+            "changed": dg.MetadataValue.bool(report.final_package_hash != report.input_package_hash),
+        }
+    )
+
+
+@dg.asset(**COMMON, deps=[final_skill], description="report.json: stop reasons, every decision in order, usage per role.")
+def compile_report(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
+    from deep_pipeline.engine.records import Report
+
+    ctx = store.context(context.partition_key)
+    report = read_model(ctx.cdir.report_path, Report)
+    rows = ["| # | level | coordinate | decision | delta | A/B |", "|---|---|---|---|---|---|"]
+    for d in report.decisions:
+        delta = f"{d.delta:+.1f}" if d.delta is not None else "-"
+        rows.append(f"| {d.index} | {d.level} | {d.coordinate} | {d.reason} | {delta} | {d.candidate_label or '-'} |")
+    return dg.MaterializeResult(
+        metadata={
+            "status": dg.MetadataValue.text(report.status),
+            "stop_reasons": dg.MetadataValue.json({lv.level: lv.stop_reason for lv in report.levels}),
+            "decisions": dg.MetadataValue.md("\n".join(rows)),
+            "accepted": dg.MetadataValue.int(sum(d.accepted for d in report.decisions)),
+            "iterations": dg.MetadataValue.int(len(report.decisions)),
+            **usage_meta(report.usage_total, {"judge": report.judge_model, "editor": report.editor_model, "agent": report.agent_model}),
+            **file_ref(ctx.cdir.report_path),
+        }
+    )

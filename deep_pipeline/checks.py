@@ -1,0 +1,84 @@
+"""Asset checks. Each has `partitions_def=`: without it a check loads every partition."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from deep_pipeline.assets.iteration import candidate_package
+from deep_pipeline.assets.output import compile_report, final_skill
+from deep_pipeline.core.keys import parse_key
+from deep_pipeline.core.units import front_matter_end, section_outline
+from deep_pipeline.engine.records import CandidateRecord, EditRecord, Report
+from deep_pipeline.partitions import compiles_partitions, iterations_partitions
+from deep_pipeline.resources import CompileStoreResource
+from deep_pipeline.store import package_files, read_model
+
+
+@dg.asset_check(asset=candidate_package, partitions_def=iterations_partitions, description="The candidate keeps the section list and the front matter.")
+def candidate_keeps_structure(context: dg.AssetCheckExecutionContext, store: CompileStoreResource) -> dg.AssetCheckResult:
+    compile_key, level, _, index = parse_key(context.partition_key)
+    ctx = store.context(compile_key)
+    folder = ctx.cdir.iteration_dir(level, index)
+    record = read_model(folder / "candidate.json", CandidateRecord)
+    if record.skipped:
+        return dg.AssetCheckResult(passed=True, metadata={"skipped": record.skipped})
+    edit = read_model(folder / "edit.json", EditRecord)
+    base = ctx.cdir.skill_text() if edit.base_skill_sha256 == ctx.record.skill_sha256 else None
+    new = (folder / "candidate" / "SKILL.md").read_bytes().decode("utf-8")
+    base = base if base is not None else _base_text(ctx, edit)
+    same_outline = section_outline(new) == section_outline(base)
+    same_front = new[: front_matter_end(new)] == base[: front_matter_end(base)]
+    return dg.AssetCheckResult(passed=same_outline and same_front, metadata={"same_sections": same_outline, "same_front_matter": same_front})
+
+
+def _base_text(ctx, edit: EditRecord) -> str:
+    """The SKILL.md the edit was made on: S_fast or the candidate of an earlier accept."""
+    for record in ctx.cdir.decision_records():
+        d = record.decision
+        if d.accepted and d.skill_text is not None:
+            from deep_pipeline.store import sha256_text
+
+            if sha256_text(d.skill_text) == edit.base_skill_sha256:
+                return d.skill_text
+    return ctx.cdir.skill_text()
+
+
+@dg.asset_check(asset=final_skill, partitions_def=compiles_partitions, description="S_final differs from S_fast only in SKILL.md.")
+def final_differs_only_in_skill_md(context: dg.AssetCheckExecutionContext, store: CompileStoreResource) -> dg.AssetCheckResult:
+    cdir = store.context(context.partition_key).cdir
+    before, after = cdir.input_skill, cdir.final_skill
+    files_before, files_after = package_files(before), package_files(after)
+    differing = [str(p) for p in files_after if p.as_posix() != "SKILL.md" and (before / p).read_bytes() != (after / p).read_bytes()]
+    same_list = files_before == files_after
+    return dg.AssetCheckResult(passed=same_list and not differing, metadata={"same_file_list": same_list, "other_files_changed": differing})
+
+
+@dg.asset_check(asset=compile_report, partitions_def=compiles_partitions, description="The report's decisions equal the decision materializations.")
+def report_matches_decisions(context: dg.AssetCheckExecutionContext, store: CompileStoreResource) -> dg.AssetCheckResult:
+    cdir = store.context(context.partition_key).cdir
+    report = read_model(cdir.report_path, Report)
+    recorded = decision_materializations(context.instance, cdir.key)
+    reported = {f"{cdir.key}/{d.level}/i{d.index:02d}": (str(d.coordinate), d.reason) for d in report.decisions}
+    missing = sorted(set(reported) - set(recorded))
+    differing = sorted(k for k in reported if k in recorded and recorded[k] != reported[k])
+    extra = sorted(set(recorded) - set(reported))
+    return dg.AssetCheckResult(
+        passed=not (missing or differing or extra),
+        metadata={"decisions": len(reported), "missing": missing, "differing": differing, "extra": extra},
+    )
+
+
+def decision_materializations(instance: dg.DagsterInstance, compile_key: str) -> dict[str, tuple[str, str]]:
+    """Latest decision materialization per iteration key of one compile: (coordinate, reason)."""
+    found: dict[str, tuple[str, str]] = {}
+    cursor = None
+    while True:
+        result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("decision")), limit=500, cursor=cursor, ascending=True)
+        for rec in result.records:
+            mat = rec.asset_materialization
+            if mat and mat.partition and mat.partition.startswith(f"{compile_key}/"):
+                meta = mat.metadata
+                found[mat.partition] = (meta["coordinate"].value, meta["reason"].value)
+        if not result.has_more:
+            return found
+        cursor = result.cursor

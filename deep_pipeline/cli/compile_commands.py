@@ -1,0 +1,129 @@
+"""`deep-pipeline compile | resume | status`: one-shot compiles against $DAGSTER_HOME."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from deep_pipeline.engine.settings import REPO_ROOT
+
+MODEL_FLAGS = ("judge_model", "editor_model", "agent_model")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compile",
+        help="compile a skill against a task (resumes when run again)",
+        description="Register the compile of SKILL_DIR against the task bundle and run its steps as Dagster runs "
+        "in this process until S_final and report.json are written. Running it again with the same inputs resumes.",
+    )
+    p.add_argument("skill_dir", metavar="SKILL_DIR", type=Path)
+    p.add_argument("--task", required=True, type=Path, metavar="BUNDLE", help="task bundle JSON")
+    for flag in MODEL_FLAGS:
+        p.add_argument(f"--{flag.replace('_', '-')}", dest=flag, metavar="M", help=f"{flag.split('_')[0]} model: 'local' or a litellm model string")
+    p.add_argument("--runner", help="chat | mini-swe-agent | command | replay (default chat)")
+    p.add_argument("--agent-command", metavar="TEMPLATE", help="agent CLI template for --runner command, with {prompt} {workdir} {skill_dir}")
+    p.add_argument("--config", type=Path, metavar="FILE", help="YAML of compile settings (models, runner, rollouts, iterations, budget ...)")
+    p.add_argument("--quiet", action="store_true", help="print only where S_final and the report are")
+    p.set_defaults(handler=_compile)
+
+    r = sub.add_parser("resume", help="carry a registered compile on from where it stopped",
+                       description="Run the next steps of a registered compile in this process until it is finalized.")
+    r.add_argument("compile_key", metavar="COMPILE")
+    r.add_argument("--quiet", action="store_true")
+    r.set_defaults(handler=_resume)
+
+    s = sub.add_parser("status", help="list compiles and their state", description="List compiles in the store, or show one.")
+    s.add_argument("compile_key", nargs="?", metavar="COMPILE")
+    s.set_defaults(handler=_status)
+
+
+def _home() -> Path:
+    """DAGSTER_HOME, defaulting to the repository's dagster_home/ made absolute."""
+    home = Path(os.environ.get("DAGSTER_HOME") or REPO_ROOT / "dagster_home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def _instance():
+    import dagster as dg
+
+    _home()
+    return dg.DagsterInstance.get()
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    from deep_pipeline.engine.settings import read_config_file
+
+    overrides = read_config_file(args.config) if args.config else {}
+    for flag in (*MODEL_FLAGS, "runner", "agent_command"):
+        if getattr(args, flag) is not None:
+            overrides[flag] = getattr(args, flag)
+    return overrides
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from deep_pipeline.launcher import register as register_compile
+    from deep_pipeline.resources import default_store_root
+
+    overrides = _overrides(args)
+    instance = _instance()
+    root = default_store_root()
+    record, new = register_compile(instance, root, args.skill_dir, args.task, overrides, str(args.config or "options"))
+    _say(args, f"{'registered' if new else 'resuming'} compile {record.key} in {root / record.key}")
+    return _drive(args, instance, root, record.key)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from deep_pipeline.engine.compiles import find_compile
+    from deep_pipeline.resources import default_store_root
+
+    instance = _instance()
+    root = default_store_root()
+    find_compile(root, args.compile_key)
+    return _drive(args, instance, root, args.compile_key)
+
+
+def _drive(args, instance, root: Path, key: str) -> int:
+    from deep_pipeline.definitions import defs
+    from deep_pipeline.launcher import drive
+
+    report = drive(instance, root, key, defs, progress=None if args.quiet else (lambda line: _say(args, line)))
+    cost = f"${report.usage_total.cost_usd:.4f}" if report.usage_total.cost_usd is not None else "unknown cost"
+    stops = ", ".join(f"{lv.level}: {lv.stop_reason}" for lv in report.levels)
+    print(f"{key}: {report.status} ({stops}); {len(report.decisions)} iterations, "
+          f"{sum(d.accepted for d in report.decisions)} accepted; {report.usage_total.calls} model calls, {cost}")
+    print(f"S_final: {report.final_skill_dir}")
+    print(f"report:  {root / key / 'report.json'}")
+    print(f"UI:      DAGSTER_HOME={os.environ['DAGSTER_HOME']} dagster dev -w {REPO_ROOT / 'workspace.yaml'}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from deep_pipeline.engine.compiles import find_compile, list_compiles
+    from deep_pipeline.engine.context import StepContext
+    from deep_pipeline.resources import default_store_root
+
+    _home()
+    root = default_store_root()
+    keys = [args.compile_key] if args.compile_key else [r.key for r in list_compiles(root)]
+    if args.compile_key:
+        find_compile(root, args.compile_key)
+    if not keys:
+        print(f"no compiles in {root}")
+    for key in keys:
+        ctx = StepContext.open(root, key)
+        _, state, action = ctx.plan()
+        decisions = ctx.cdir.decision_records()
+        accepted = sum(d.decision.accepted for d in decisions)
+        where = "finalized" if ctx.cdir.report_path.is_file() else f"next: {type(action).__name__}"
+        print(f"{key}\t{ctx.record.task_name}\t{len(decisions)} iterations, {accepted} accepted\t{where}")
+    return 0
+
+
+def _say(args, line: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(line, file=sys.stdout, flush=True)

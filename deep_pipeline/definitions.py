@@ -1,0 +1,38 @@
+"""The Dagster definitions of deep_pipeline: `dagster dev -w workspace.yaml` loads these."""
+
+import dagster as dg
+
+from deep_pipeline.assets.inputs import input_traces
+from deep_pipeline.assets.iteration import candidate_edit, candidate_package, candidate_rollouts, comparison, decision
+from deep_pipeline.assets.matrix import build_matrix_assets
+from deep_pipeline.assets.output import compile_report, final_skill
+from deep_pipeline.checks import candidate_keeps_structure, final_differs_only_in_skill_md, report_matches_decisions
+from deep_pipeline.engine.settings import load_deployment
+from deep_pipeline.jobs import ASSET_JOBS, compile, start_batch, start_compile
+from deep_pipeline.resources import CompileDefaultsResource, CompileStoreResource
+from deep_pipeline.schedules import batch_schedule
+from deep_pipeline.sensors import compile_loop_sensor
+
+deployment = load_deployment()
+
+defs = dg.Definitions(
+    assets=[
+        input_traces,
+        *build_matrix_assets(deployment.dimensions),
+        candidate_edit,
+        candidate_package,
+        candidate_rollouts,
+        comparison,
+        decision,
+        final_skill,
+        compile_report,
+    ],
+    asset_checks=[candidate_keeps_structure, final_differs_only_in_skill_md, report_matches_decisions],
+    jobs=[*ASSET_JOBS, start_compile, compile, start_batch],
+    sensors=[compile_loop_sensor],
+    schedules=[batch_schedule],
+    resources={
+        "store": CompileStoreResource(),
+        "defaults": CompileDefaultsResource(),
+    },
+)

@@ -1,0 +1,160 @@
+"""One compile's folder: where each step's record lives, and the history read back from it.
+
+Nothing but the steps' own outputs is written (DESIGN "The policy and the history"):
+the history is rebuilt from the matrix and decision records on every look, so the
+files on disk and the compile's state can never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from deep_pipeline.core.history import History
+from deep_pipeline.core.models import Trace
+from deep_pipeline.engine.records import CompileRecord, DecisionRecord, MatrixRecord, TraceBatchRecord, Usage
+from deep_pipeline.errors import StepError
+from deep_pipeline.store import atomic_write_json, read_model
+
+
+class CompileDir:
+    def __init__(self, root: Path, key: str):
+        self.root = Path(root)
+        self.key = key
+        self.path = self.root / key
+
+    # -- paths -------------------------------------------------------------------------
+    @property
+    def record_path(self) -> Path:
+        return self.path / "compile.json"
+
+    @property
+    def input_skill(self) -> Path:
+        return self.path / "input" / "skill"
+
+    @property
+    def input_bundle(self) -> Path:
+        return self.path / "input" / "bundle.json"
+
+    @property
+    def llm_cache(self) -> Path:
+        return self.path / "llm" / "cache"
+
+    @property
+    def calls_log(self) -> Path:
+        return self.path / "llm" / "calls.jsonl"
+
+    @property
+    def final_skill(self) -> Path:
+        return self.path / "final" / "skill"
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / "report.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / "lock"
+
+    def batch_dir(self, batch: str) -> Path:
+        return self.path / "traces" / batch
+
+    def raw_dir(self, batch: str) -> Path:
+        return self.path / "raw" / batch
+
+    def matrix_dir(self, level: str, index: int) -> Path:
+        return self.path / "matrices" / f"{level}-m{index:02d}"
+
+    def iteration_dir(self, level: str, index: int) -> Path:
+        return self.path / "iterations" / f"{level}-i{index:02d}"
+
+    # -- records -----------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.record_path.is_file()
+
+    def require(self) -> None:
+        """A compile folder deleted under a running compile fails the step clearly."""
+        if not self.exists():
+            raise StepError(f"{self.path}: compile folder is missing or incomplete (no compile.json)")
+
+    def record(self) -> CompileRecord:
+        self.require()
+        return read_model(self.record_path, CompileRecord)
+
+    def skill_text(self) -> str:
+        return (self.input_skill / "SKILL.md").read_bytes().decode("utf-8")
+
+    def has_batch(self, batch: str) -> bool:
+        return (self.batch_dir(batch) / "batch.json").is_file()
+
+    def write_batch(self, record: TraceBatchRecord, traces: list[Trace]) -> None:
+        folder = self.batch_dir(record.batch)
+        for trace in traces:
+            atomic_write_json(folder / f"{trace.trace_id}.json", trace)
+        atomic_write_json(folder / "batch.json", record)  # last: the batch's commit
+
+    def batch(self, batch: str) -> TraceBatchRecord:
+        return read_model(self.batch_dir(batch) / "batch.json", TraceBatchRecord)
+
+    def traces(self, batch: str) -> list[Trace]:
+        record = self.batch(batch)
+        return [read_model(self.batch_dir(batch) / f"{tid}.json", Trace) for tid in record.trace_ids]
+
+    def matrix_records(self) -> list[MatrixRecord]:
+        files = sorted((self.path / "matrices").glob("*/matrix.json"))
+        return [read_model(f, MatrixRecord) for f in files]
+
+    def decision_records(self) -> list[DecisionRecord]:
+        files = sorted((self.path / "iterations").glob("*/decision.json"))
+        return [read_model(f, DecisionRecord) for f in files]
+
+    def usage(self) -> Usage:
+        """Sum of every real model call so far (calls.jsonl; cache hits are not calls)."""
+        total = Usage()
+        if not self.calls_log.is_file():
+            return total
+        for line in self.calls_log.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            try:
+                call = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash: the call is repeated from the cache or anew
+            total = total.add(usage_of_call(call))
+        return total
+
+    def history(self) -> History:
+        """The compile's history: its matrices and decisions in the order they happened."""
+        self.require()
+        events = [(m.seq, m.matrix) for m in self.matrix_records()]
+        events += [(d.seq, d.decision) for d in self.decision_records()]
+        events.sort(key=lambda pair: pair[0])
+        usage = self.usage()
+        return History(
+            skill_text=self.skill_text(),
+            input_batch="input" if self.has_batch("input") else None,
+            events=[event for _, event in events],
+            calls=usage.calls,
+            usd=usage.cost_usd or 0.0,
+            finalized=self.report_path.is_file(),
+        )
+
+
+def usage_of_call(call: dict) -> Usage:
+    if call.get("cache_hit"):
+        return Usage()
+    return Usage(
+        calls=1,
+        prompt_tokens=call.get("prompt_tokens") or 0,
+        completion_tokens=call.get("completion_tokens") or 0,
+        cached_tokens=call.get("cached_tokens") or 0,
+        cost_usd=call.get("cost_usd"),
+    )
+
+
+def usage_of_calls(calls: list) -> Usage:
+    total = Usage()
+    for call in calls:
+        data = call.model_dump() if hasattr(call, "model_dump") else call
+        total = total.add(usage_of_call(data))
+    return total

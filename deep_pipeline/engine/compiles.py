@@ -1,0 +1,101 @@
+"""Registering a compile: identity (SPEC §2), inputs copied, compile.json written last."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from deep_pipeline.core.config import CompileConfig
+from deep_pipeline.engine.compile_dir import CompileDir
+from deep_pipeline.engine.records import CompileRecord
+from deep_pipeline.errors import InputError
+from deep_pipeline.store import atomic_copy_tree, atomic_write_json, atomic_write_bytes, sha256_text
+
+
+def compile_identity(package_hash: str, bundle_hash: str, config: CompileConfig) -> str:
+    payload = json.dumps(
+        {"package": package_hash, "bundle": bundle_hash, "config": config.model_dump(mode="json")},
+        sort_keys=True,
+    )
+    return sha256_text(payload)
+
+
+def compile_key(skill_name: str, identity: str) -> str:
+    return f"{skill_name}-{identity[:6]}"
+
+
+def check_models(config: CompileConfig) -> None:
+    """An unknown runner or model name fails before anything is registered."""
+    from deep_pipeline.engine.services import validate_model_name
+
+    roles = {"judge_model": config.judge_model, "editor_model": config.editor_model}
+    if config.runner in ("chat", "mini-swe-agent"):
+        roles["agent_model"] = config.agent_model
+    for field, model in roles.items():
+        validate_model_name(model, field)
+    if config.runner == "command" and not config.agent_command:
+        raise InputError("config: agent_command: the command runner needs an agent command template")
+
+
+def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: CompileConfig) -> CompileRecord:
+    """Register (or find) the compile of this skill, bundle and config. Idempotent."""
+    from deep_pipeline.inputs.bundle import load_bundle
+    from deep_pipeline.inputs.skill import load_skill
+
+    skill = load_skill(Path(skill_dir))
+    loaded = load_bundle(Path(bundle_path))
+    check_models(config)
+    identity = compile_identity(skill.package_hash, loaded.bundle_hash, config)
+    key = compile_key(skill.name, identity)
+    cdir = CompileDir(root, key)
+    if cdir.exists():
+        return cdir.record()
+    record = CompileRecord(
+        key=key,
+        identity=identity,
+        skill_name=skill.name,
+        package_hash=skill.package_hash,
+        skill_sha256=skill.skill_sha256,
+        bundle_hash=loaded.bundle_hash,
+        bundle_path=str(Path(bundle_path).resolve()),
+        task_name=loaded.bundle.task_name,
+        task_prompt=loaded.bundle.prompt,
+        task_dir=str(loaded.task_dir) if loaded.task_dir else None,
+        bundle_agent=loaded.bundle.agent,
+        bundle_agent_model=loaded.bundle.agent_model,
+        config=config,
+    )
+    _write_inputs(cdir, skill.root, Path(bundle_path))
+    atomic_write_json(cdir.record_path, record)  # last: from here on the compile exists
+    return record
+
+
+def _write_inputs(cdir: CompileDir, skill_root: Path, bundle_path: Path) -> None:
+    cdir.path.mkdir(parents=True, exist_ok=True)
+    if cdir.input_skill.exists() and not cdir.record_path.exists():
+        # A registration that crashed half-way: start its copy again.
+        shutil.rmtree(cdir.input_skill)
+    atomic_copy_tree(skill_root, cdir.input_skill)
+    atomic_write_bytes(cdir.input_bundle, bundle_path.read_bytes())
+
+
+def list_compiles(root: Path) -> list[CompileRecord]:
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    records = []
+    for path in sorted(root.iterdir()):
+        cdir = CompileDir(root, path.name)
+        if cdir.exists():
+            records.append(cdir.record())
+    return records
+
+
+def find_compile(root: Path, key: str) -> CompileDir:
+    cdir = CompileDir(root, key)
+    if not cdir.exists():
+        known = ", ".join(r.key for r in list_compiles(root)) or "none"
+        raise InputError(f"{cdir.path}: no such compile (known: {known})")
+    return cdir
+

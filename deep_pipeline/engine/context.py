@@ -1,0 +1,58 @@
+"""What every step starts from: the compile's folder, its record, state and next action."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from deep_pipeline.core.config import CompileConfig, Dimension
+from deep_pipeline.core.history import History, derive_state
+from deep_pipeline.core.policy import next_action
+from deep_pipeline.engine.compile_dir import CompileDir
+from deep_pipeline.engine.records import CompileRecord
+from deep_pipeline.engine.services import Services, build_services
+from deep_pipeline.errors import StepError
+
+
+@dataclass
+class StepContext:
+    cdir: CompileDir
+    replay: bool = False
+    _services: Services | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, root: Path, key: str, *, services: Services | None = None, replay: bool = False) -> "StepContext":
+        cdir = CompileDir(root, key)
+        cdir.require()
+        return cls(cdir=cdir, replay=replay, _services=services)
+
+    @cached_property
+    def record(self) -> CompileRecord:
+        return self.cdir.record()
+
+    @property
+    def config(self) -> CompileConfig:
+        return self.record.config
+
+    @property
+    def services(self) -> Services:
+        if self._services is None:
+            self._services = build_services(self.cdir, self.record, replay=self.replay)
+        return self._services
+
+    def dimension(self, name: str) -> Dimension:
+        for dim in self.config.dimensions:
+            if dim.name == name:
+                return dim
+        raise StepError(f"{self.cdir.key}: unknown dimension {name!r}")
+
+    def history(self) -> History:
+        self.cdir.require()
+        return self.cdir.history()
+
+    def plan(self):
+        """(history, state, next action) as the policy sees the compile right now."""
+        history = self.history()
+        state = derive_state(history, self.config)
+        return history, state, next_action(state, self.config)

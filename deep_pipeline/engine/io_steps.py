@@ -1,0 +1,128 @@
+"""The compile's first and last steps: the incumbent's traces, and S_final with the report."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from deep_pipeline.core.config import CompileConfig
+from deep_pipeline.core.history import derive_state
+from deep_pipeline.core.models import Decision, Trace
+from deep_pipeline.core.policy import Finalize
+from deep_pipeline.engine.compile_dir import usage_of_call
+from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.records import CompileRecord, Report, TraceBatchRecord, Usage
+from deep_pipeline.store import atomic_copy_tree, atomic_write_json, package_hash, read_model, sha256_text
+
+INPUT_BATCH = "input"
+
+
+def agent_name(config: CompileConfig, record: CompileRecord) -> str:
+    if config.runner == "command" and config.agent_command:
+        return Path(shlex.split(config.agent_command)[0]).name
+    if config.runner == "replay":
+        return record.bundle_agent or "replay"
+    return config.runner
+
+
+def usable_bundle_traces(record: CompileRecord, traces: list[Trace]) -> bool:
+    """Bundle traces are the incumbent's only if made by this agent and model on this SKILL.md (SPEC §2)."""
+    if not traces:
+        return False
+    config = record.config
+    for trace in traces:
+        if trace.skill_sha256 != record.skill_sha256:
+            return False
+        if config.runner == "replay":
+            continue
+        if (trace.agent or record.bundle_agent) != agent_name(config, record):
+            return False
+        if (trace.model or record.bundle_agent_model) != config.agent_model:
+            return False
+    return True
+
+
+def input_step(ctx: StepContext) -> TraceBatchRecord:
+    from deep_pipeline.inputs.bundle import parse_bundle
+    from deep_pipeline.rollouts.base import RolloutTask
+
+    cdir = ctx.cdir
+    if cdir.has_batch(INPUT_BATCH):
+        return cdir.batch(INPUT_BATCH)
+    record = ctx.record
+    bundle = parse_bundle(cdir.input_bundle.read_bytes(), origin=str(cdir.input_bundle))
+    if usable_bundle_traces(record, bundle.traces):
+        traces = [t.model_copy(update={"batch": INPUT_BATCH}) for t in bundle.traces]
+        batch = TraceBatchRecord(batch=INPUT_BATCH, trace_ids=[t.trace_id for t in traces], skill_sha256=record.skill_sha256,
+                                 source="bundle", note="the bundle's traces match this agent, model and SKILL.md")
+    else:
+        task = RolloutTask(prompt=record.task_prompt, task_dir=record.task_dir, skill_name=record.skill_name)
+        traces = ctx.services.runner.run_batch(
+            package_dir=cdir.input_skill, skill_sha256=record.skill_sha256, task=task, batch=INPUT_BATCH,
+            n=record.config.rollouts, archive_dir=cdir.raw_dir(INPUT_BATCH),
+        )
+        note = f"{len(bundle.traces)} bundle trace(s) kept in input/bundle.json for the record" if bundle.traces else ""
+        batch = TraceBatchRecord(batch=INPUT_BATCH, trace_ids=[t.trace_id for t in traces], skill_sha256=record.skill_sha256,
+                                 source="rollout", note=note)
+    cdir.require()
+    cdir.write_batch(batch, traces)
+    return batch
+
+
+def finalize_step(ctx: StepContext) -> Report:
+    """Write S_final and report.json (SPEC §8). No fresh rollouts are made for the report."""
+    cdir = ctx.cdir
+    if cdir.report_path.is_file():
+        return read_model(cdir.report_path, Report)
+    history, state, action = ctx.plan()
+    if not isinstance(action, Finalize):
+        raise ValueError(f"{cdir.key}: the compile is not ready to finalize (next: {type(action).__name__})")
+    record = ctx.record
+    final_text = state.current_skill_text
+    atomic_copy_tree(cdir.input_skill, cdir.final_skill, replace={"SKILL.md": final_text.encode("utf-8")})
+    final_sha = sha256_text(final_text)
+    final_batch = state.current_trace_batch
+    final_traces = cdir.batch(final_batch) if final_batch and cdir.has_batch(final_batch) else None
+    ran_on_final = final_traces is not None and final_traces.skill_sha256 == final_sha
+    by_role, total = usage_by_role(cdir.calls_log)
+    config = record.config
+    report = Report(
+        compile_key=cdir.key,
+        status=action.status,
+        input_package_hash=record.package_hash,
+        final_package_hash=package_hash(cdir.final_skill),
+        final_skill_sha256=final_sha,
+        task_name=record.task_name,
+        task_prompt=record.task_prompt,
+        agent=agent_name(config, record),
+        agent_model=config.agent_model,
+        judge_model=config.judge_model,
+        editor_model=config.editor_model,
+        levels=derive_state(history, config).level_summaries(),
+        decisions=[e for e in history.events if isinstance(e, Decision)],
+        final_rollouts=final_traces.trace_ids if ran_on_final else [],
+        final_rollouts_batch=final_batch if ran_on_final else None,
+        usage_by_role=by_role,
+        usage_total=total,
+        final_skill_dir=str(cdir.final_skill),
+    )
+    cdir.require()
+    atomic_write_json(cdir.report_path, report)
+    return report
+
+
+def usage_by_role(calls_log: Path) -> tuple[dict[str, Usage], Usage]:
+    roles: dict[str, Usage] = {}
+    total = Usage()
+    if calls_log.is_file():
+        for line in calls_log.read_text(encoding="utf-8").splitlines():
+            try:
+                call = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            usage = usage_of_call(call)
+            role = call.get("role", "unknown")
+            roles[role] = roles.get(role, Usage()).add(usage)
+            total = total.add(usage)
+    return roles, total

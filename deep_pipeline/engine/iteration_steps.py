@@ -1,0 +1,252 @@
+"""One iteration (SPEC §6) as five steps, each writing its own record in the iteration folder:
+edit.json -> candidate/ + candidate.json -> rollouts.json -> comparison.json -> decision.json.
+
+Every step returns its stored record when it exists, so re-running after a crash
+repeats nothing finished; the decision, once written, is the commit.
+"""
+
+from __future__ import annotations
+
+from deep_pipeline.core.decision import candidate_label, decide, order_seed
+from deep_pipeline.core.edits import prepare_edit
+from deep_pipeline.core.keys import batch_name, iteration_key
+from deep_pipeline.core.models import (
+    BUDGET_EXHAUSTED,
+    EDIT_INVALID,
+    EXACT_DUPLICATE,
+    Cell,
+    Decision,
+)
+from deep_pipeline.core.policy import RunIteration
+from deep_pipeline.engine.compile_dir import usage_of_calls
+from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.records import (
+    CandidateRecord,
+    ComparisonRecord,
+    DecisionRecord,
+    EditAttempt,
+    EditRecord,
+    RolloutsRecord,
+    TraceBatchRecord,
+)
+from deep_pipeline.errors import StepError
+from deep_pipeline.store import atomic_copy_tree, atomic_write_json, package_hash, read_model, sha256_text
+
+SKIP_REASONS = {
+    "exact_duplicate": EXACT_DUPLICATE,
+    "edit_validation_exhausted": EDIT_INVALID,
+    "budget_exhausted": BUDGET_EXHAUSTED,
+}
+
+
+class Iteration:
+    """Paths and stored records of one iteration."""
+
+    def __init__(self, ctx: StepContext, level: str, index: int):
+        self.ctx, self.level, self.index = ctx, level, index
+        self.folder = ctx.cdir.iteration_dir(level, index)
+        self.key = iteration_key(ctx.cdir.key, level, index)
+        self.batch = batch_name(level, index)
+
+    def path(self, name: str):
+        return self.folder / name
+
+    def load(self, name: str, model):
+        path = self.path(name)
+        return read_model(path, model) if path.is_file() else None
+
+
+def edit_step(it: Iteration) -> EditRecord:
+    """Ask the editor for the unit's new text, validated (§4), up to `edit_attempts` tries."""
+    ctx = it.ctx
+    stored = it.load("edit.json", EditRecord)
+    if it.path("decision.json").is_file() and stored is not None:
+        return stored
+    history, state, action = ctx.plan()
+    if not (isinstance(action, RunIteration) and action.level == it.level and action.index == it.index):
+        if stored is not None:
+            return stored
+        raise StepError(f"{it.key}: not the compile's next step (the policy asks for {type(action).__name__})")
+    if stored is not None and _still_valid(stored, state):
+        return stored
+    # A stored edit that no longer validates is regenerated, not trusted (SPEC §9):
+    # later attempt numbers make its calls new ones, not cache hits.
+    first_attempt = len(stored.attempts) if stored is not None else 0
+    record = _write_edit(it, state, action, len(history.events), first_attempt)
+    atomic_write_json(it.path("edit.json"), record)
+    return record
+
+
+def _still_valid(stored: EditRecord, state) -> bool:
+    if stored.status != "ok":
+        return stored.base_skill_sha256 == sha256_text(state.current_skill_text)
+    check = prepare_edit(state.current_skill_text, state.current_units, stored.coordinate.unit_id, stored.edit.new_text)
+    return check.ok and check.skill_text == stored.candidate_skill_text
+
+
+def _write_edit(it: Iteration, state, action: RunIteration, seq: int, first_attempt: int) -> EditRecord:
+    from deep_pipeline.llm.budget import BudgetExhausted
+    from deep_pipeline.llm.editor import propose_edit
+
+    ctx = it.ctx
+    coordinate = action.coordinate
+    cell = state.current_matrix.cell(coordinate)
+    unit = next(u for u in state.current_units if u.unit_id == coordinate.unit_id)
+    base = dict(
+        seq=seq, level=it.level, index=it.index, section_id=action.section_id, coordinate=coordinate, cell=cell, unit=unit,
+        base_skill_sha256=sha256_text(state.current_skill_text), incumbent_batch=state.current_trace_batch,
+        unit_text_before=unit.text,
+    )
+    attempts, failed, calls = [], [], []
+    for attempt in range(first_attempt, first_attempt + ctx.config.edit_attempts):
+        try:
+            edit, made = propose_edit(
+                ctx.services.editor,
+                step_key=f"{it.key}/edit/{attempt}",
+                task_prompt=ctx.record.task_prompt,
+                skill_text=state.current_skill_text,
+                unit=unit,
+                cell=cell,
+                dimension=ctx.dimension(coordinate.dimension),
+                rejections=state.rejections(coordinate),
+                failed_checks=list(failed),
+            )
+        except BudgetExhausted:
+            return EditRecord(**base, status="budget_exhausted", attempts=attempts, usage=usage_of_calls(calls))
+        calls += made
+        check = prepare_edit(state.current_skill_text, state.current_units, coordinate.unit_id, edit.new_text)
+        attempts.append(EditAttempt(attempt=attempt, edit_summary=edit.edit_summary, new_text=edit.new_text, ok=check.ok, reason=check.reason))
+        if check.ok:
+            edit_sha = sha256_text(check.unit_text)
+            status = "exact_duplicate" if edit_sha in state.rejected_hashes(coordinate) else "ok"
+            return EditRecord(
+                **base, status=status, attempts=attempts, edit=edit, unit_text_after=check.unit_text,
+                candidate_skill_text=check.skill_text, edit_sha256=edit_sha, usage=usage_of_calls(calls),
+            )
+        failed.append(check.reason)
+    return EditRecord(**base, status="edit_validation_exhausted", attempts=attempts, usage=usage_of_calls(calls))
+
+
+def candidate_step(it: Iteration, edit: EditRecord) -> CandidateRecord:
+    """A copy of the current package with that one unit replaced (SPEC §6.3)."""
+    stored = it.load("candidate.json", CandidateRecord)
+    if stored is not None:
+        return stored
+    if edit.status != "ok":
+        record = CandidateRecord(skipped=edit.status)
+    else:
+        folder = it.path("candidate")
+        # Every file but SKILL.md is S_fast's own (SPEC §8), so copy from the input.
+        atomic_copy_tree(it.ctx.cdir.input_skill, folder, replace={"SKILL.md": edit.candidate_skill_text.encode("utf-8")})
+        record = CandidateRecord(
+            package_dir=str(folder), package_hash=package_hash(folder), skill_sha256=sha256_text(edit.candidate_skill_text)
+        )
+    atomic_write_json(it.path("candidate.json"), record)
+    return record
+
+
+def rollouts_step(it: Iteration, candidate: CandidateRecord) -> RolloutsRecord:
+    """`rollouts` runs of the candidate, concurrently, each with its timeout (SPEC §6.4)."""
+    from deep_pipeline.rollouts.base import RolloutTask
+
+    stored = it.load("rollouts.json", RolloutsRecord)
+    if stored is not None:
+        return stored
+    ctx = it.ctx
+    if candidate.skipped:
+        record = RolloutsRecord(skipped=candidate.skipped)
+    else:
+        if not ctx.cdir.has_batch(it.batch):
+            task = RolloutTask(prompt=ctx.record.task_prompt, task_dir=ctx.record.task_dir, skill_name=ctx.record.skill_name)
+            traces = ctx.services.runner.run_batch(
+                package_dir=it.path("candidate"), skill_sha256=candidate.skill_sha256, task=task,
+                batch=it.batch, n=ctx.config.rollouts, archive_dir=ctx.cdir.raw_dir(it.batch),
+            )
+            ctx.cdir.write_batch(
+                TraceBatchRecord(batch=it.batch, trace_ids=[t.trace_id for t in traces], skill_sha256=candidate.skill_sha256, source="rollout"),
+                traces,
+            )
+        traces = ctx.cdir.traces(it.batch)
+        record = RolloutsRecord(
+            batch=it.batch, trace_ids=[t.trace_id for t in traces],
+            timed_out=sum(t.timed_out for t in traces), errors=sum(t.error_category is not None for t in traces),
+        )
+    atomic_write_json(it.path("rollouts.json"), record)
+    return record
+
+
+def comparison_step(it: Iteration, edit: EditRecord, rollouts: RolloutsRecord) -> ComparisonRecord:
+    """The judge compares incumbent and candidate on the one cell, blind (SPEC §6.5)."""
+    from deep_pipeline.llm.budget import BudgetExhausted
+    from deep_pipeline.llm.comparator import compare_cell
+
+    stored = it.load("comparison.json", ComparisonRecord)
+    if stored is not None:
+        return stored
+    ctx = it.ctx
+    if rollouts.skipped:
+        record = ComparisonRecord(skipped=rollouts.skipped)
+    else:
+        seed = order_seed(it.key)
+        try:
+            comparison, calls = compare_cell(
+                ctx.services.judge, step_key=f"{it.key}/compare", task_prompt=ctx.record.task_prompt, unit=edit.unit,
+                old_text=edit.unit_text_before, new_text=edit.unit_text_after,
+                dimension=ctx.dimension(edit.coordinate.dimension),
+                incumbent_traces=ctx.cdir.traces(edit.incumbent_batch), candidate_traces=ctx.cdir.traces(rollouts.batch),
+                candidate_label=candidate_label(seed), order_seed=seed,
+            )
+            record = ComparisonRecord(
+                comparison=comparison, incumbent_batch=edit.incumbent_batch, candidate_batch=rollouts.batch,
+                usage=usage_of_calls(calls),
+            )
+        except BudgetExhausted:
+            record = ComparisonRecord(skipped="budget_exhausted")
+    atomic_write_json(it.path("comparison.json"), record)
+    return record
+
+
+def decision_step(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> DecisionRecord:
+    """Apply the decision rule (SPEC §6.6) and record it: the commit (§6.7)."""
+    stored = it.load("decision.json", DecisionRecord)
+    if stored is not None:
+        return stored
+    ctx = it.ctx
+    common = dict(
+        level=it.level, index=it.index, section_id=edit.section_id, coordinate=edit.coordinate,
+        edit_summary=edit.edit.edit_summary if edit.edit else "", edit_sha256=edit.edit_sha256,
+    )
+    if comparison.skipped:
+        decision = Decision(**common, accepted=False, reason=SKIP_REASONS[comparison.skipped])
+    else:
+        result = comparison.comparison
+        inc = ctx.cdir.traces(comparison.incumbent_batch)
+        cand = ctx.cdir.traces(comparison.candidate_batch)
+        accepted, reason, delta = decide(result, inc, cand, ctx.config.min_gain)
+        decision = Decision(
+            **common, accepted=accepted, reason=reason, delta=delta,
+            incumbent_score=result.incumbent_score, candidate_score=result.candidate_score,
+            candidate_label=result.candidate_label, order_seed=result.order_seed,
+        )
+        if accepted:
+            decision = decision.model_copy(update=dict(
+                new_text=edit.unit_text_after, skill_text=edit.candidate_skill_text, trace_batch=comparison.candidate_batch,
+                candidate_cell=Cell(
+                    unit_id=edit.coordinate.unit_id, dimension=edit.coordinate.dimension, score=result.candidate_score,
+                    reason=result.reason, evidence=result.candidate_evidence, dropped_evidence=result.dropped_evidence,
+                ),
+            ))
+    record = DecisionRecord(seq=edit.seq, decision=decision, usage=edit.usage.add(comparison.usage))
+    ctx.cdir.require()
+    atomic_write_json(it.path("decision.json"), record)
+    return record
+
+
+def run_iteration(ctx: StepContext, level: str, index: int) -> DecisionRecord:
+    it = Iteration(ctx, level, index)
+    edit = edit_step(it)
+    candidate = candidate_step(it, edit)
+    rollouts = rollouts_step(it, candidate)
+    comparison = comparison_step(it, edit, rollouts)
+    return decision_step(it, edit, comparison)
+

@@ -1,0 +1,129 @@
+"""Scoring a level's matrix: one judge call per column, stored the moment it is done (SPEC §5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+from deep_pipeline.core.keys import matrix_key
+from deep_pipeline.core.models import ScoreMatrix
+from deep_pipeline.core.policy import ScoreLevel
+from deep_pipeline.core.units import cut_units
+from deep_pipeline.engine.compile_dir import usage_of_calls
+from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.records import ColumnRecord, MatrixRecord, Usage
+from deep_pipeline.errors import StepError
+from deep_pipeline.store import atomic_write_json, read_model, sha256_text
+
+
+class MatrixPlan:
+    """What a ScoreLevel action scores: the units cut now, on the current traces."""
+
+    def __init__(self, ctx: StepContext, level: str, index: int):
+        self.ctx = ctx
+        self.folder = ctx.cdir.matrix_dir(level, index)
+        self.key = matrix_key(ctx.cdir.key, level, index)
+        done = self.folder / "matrix.json"
+        if done.is_file():
+            self.record: MatrixRecord | None = read_model(done, MatrixRecord)
+            self.action = None
+            return
+        self.record = None
+        history, state, action = ctx.plan()
+        if not (isinstance(action, ScoreLevel) and action.level == level and action.index == index):
+            raise StepError(f"{self.key}: not the compile's next step (the policy asks for {_describe(action)})")
+        self.action: ScoreLevel | None = action
+        self.seq = len(history.events)
+        self.skill_text = state.current_skill_text
+        self.trace_batch = state.current_trace_batch
+        self.units = cut_units(self.skill_text, level, action.section_id)
+
+    def column_path(self, dimension: str):
+        return self.folder / f"column-{dimension}.json"
+
+
+def score_columns(plan: MatrixPlan) -> Iterator[ColumnRecord]:
+    """Yield every column as it is done (stored ones first); a budget stop ends the stream."""
+    from deep_pipeline.llm.budget import BudgetExhausted
+    from deep_pipeline.llm.judge import score_column
+
+    ctx = plan.ctx
+    todo = []
+    for dim in ctx.config.dimensions:
+        path = plan.column_path(dim.name)
+        if path.is_file():
+            yield read_model(path, ColumnRecord)
+        else:
+            todo.append(dim)
+    if not todo:
+        return
+    traces = ctx.cdir.traces(plan.trace_batch)
+
+    def score(dim):
+        result = score_column(
+            ctx.services.judge,
+            step_key=f"{plan.key}/column/{dim.name}",
+            task_prompt=ctx.record.task_prompt,
+            skill_text=plan.skill_text,
+            units=plan.units,
+            dimension=dim,
+            traces=traces,
+        )
+        column = ColumnRecord(
+            dimension=dim.name,
+            cells=result.cells,
+            dropped_evidence=result.dropped_evidence,
+            usage=usage_of_calls(result.calls),
+            prompt_chars=result.prompt_chars,
+            shared_prefix_chars=result.shared_prefix_chars,
+        )
+        atomic_write_json(plan.column_path(dim.name), column)
+        return column
+
+    # The client's limiter keeps the compile's calls in flight under its cap.
+    with ThreadPoolExecutor(max_workers=ctx.config.parallel) as pool:
+        futures = [pool.submit(score, dim) for dim in todo]
+        for future in as_completed(futures):
+            try:
+                yield future.result()
+            except BudgetExhausted:
+                continue  # the matrix is recorded as stopped at the budget
+
+
+def assemble_matrix(plan: MatrixPlan) -> MatrixRecord:
+    """Write matrix.json from the stored columns: the matrix step's commit."""
+    if plan.record is not None:
+        return plan.record
+    ctx = plan.ctx
+    columns = [read_model(plan.column_path(d.name), ColumnRecord) for d in ctx.config.dimensions if plan.column_path(d.name).is_file()]
+    usage = Usage()
+    for column in columns:
+        usage = usage.add(column.usage)
+    matrix = ScoreMatrix(
+        level=plan.action.level,
+        index=plan.action.index,
+        section_id=plan.action.section_id,
+        dimensions=ctx.config.dimension_names,
+        units=plan.units,
+        cells=[cell for column in columns for cell in column.cells],
+        trace_batch=plan.trace_batch,
+        skill_sha256=sha256_text(plan.skill_text),
+        active_dimension=plan.action.active_dimension,
+        budget_exhausted=len(columns) < len(ctx.config.dimensions),
+    )
+    record = MatrixRecord(seq=plan.seq, matrix=matrix, reason=plan.action.reason, usage=usage)
+    ctx.cdir.require()
+    atomic_write_json(plan.folder / "matrix.json", record)
+    plan.record = record
+    return record
+
+
+def run_matrix(ctx: StepContext, level: str, index: int) -> MatrixRecord:
+    plan = MatrixPlan(ctx, level, index)
+    for _ in score_columns(plan) if plan.record is None else ():
+        pass
+    return assemble_matrix(plan)
+
+
+def _describe(action) -> str:
+    return f"{type(action).__name__} {action.model_dump(mode='json')}" if action is not None else "nothing"

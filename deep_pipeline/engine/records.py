@@ -1,0 +1,173 @@
+"""Records the engine writes into the compile store, one per step (SPEC §8, §9).
+
+Core records (ScoreMatrix, Decision, Trace, ...) are wrapped here with what only the
+engine knows: the order of events in the history, the model calls a step made, and
+the paths behind it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deep_pipeline.core.config import CompileConfig
+from deep_pipeline.core.models import Cell, Comparison, Coordinate, Decision, LevelSummary, LocalEdit, ScoreMatrix, Unit
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class EngineRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CompileRecord(EngineRecord):
+    """compile.json: a compile's identity (SPEC §2). Written last when registering."""
+
+    key: str
+    identity: str
+    skill_name: str
+    package_hash: str
+    skill_sha256: str
+    bundle_hash: str
+    bundle_path: str
+    task_name: str
+    task_prompt: str
+    task_dir: str | None = None
+    bundle_agent: str | None = None
+    bundle_agent_model: str | None = None
+    config: CompileConfig
+    created_at: str = Field(default_factory=now_iso)
+
+
+class Usage(EngineRecord):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float | None = 0.0  # None once any call's cost was unknown
+
+    def add(self, other: "Usage") -> "Usage":
+        cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
+        return Usage(
+            calls=self.calls + other.calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cost_usd=cost,
+        )
+
+
+class TraceBatchRecord(EngineRecord):
+    """traces/<batch>/batch.json: written after every trace of the batch (the commit)."""
+
+    batch: str
+    trace_ids: list[str]
+    skill_sha256: str
+    source: Literal["bundle", "rollout"]
+    note: str = ""
+
+
+class ColumnRecord(EngineRecord):
+    dimension: str
+    cells: list[Cell]
+    dropped_evidence: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    prompt_chars: int = 0
+    shared_prefix_chars: int = 0
+
+
+class MatrixRecord(EngineRecord):
+    """matrices/<level>-m<NN>/matrix.json. `seq` orders it in the compile's history."""
+
+    seq: int
+    matrix: ScoreMatrix
+    reason: Literal["start", "refresh"] = "start"
+    usage: Usage = Field(default_factory=Usage)
+
+
+class EditAttempt(EngineRecord):
+    attempt: int
+    edit_summary: str
+    new_text: str
+    ok: bool
+    reason: str | None = None
+
+
+class EditRecord(EngineRecord):
+    """iterations/<key>/edit.json: the coordinate chosen and the edit the editor wrote."""
+
+    seq: int
+    level: str
+    index: int
+    section_id: str | None = None
+    coordinate: Coordinate
+    cell: Cell
+    unit: Unit
+    base_skill_sha256: str
+    incumbent_batch: str
+    status: Literal["ok", "edit_validation_exhausted", "exact_duplicate", "budget_exhausted"]
+    attempts: list[EditAttempt] = Field(default_factory=list)
+    edit: LocalEdit | None = None
+    unit_text_before: str = ""
+    unit_text_after: str | None = None
+    candidate_skill_text: str | None = None
+    edit_sha256: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+
+
+class CandidateRecord(EngineRecord):
+    skipped: str | None = None
+    package_dir: str | None = None
+    package_hash: str | None = None
+    skill_sha256: str | None = None
+
+
+class RolloutsRecord(EngineRecord):
+    skipped: str | None = None
+    batch: str | None = None
+    trace_ids: list[str] = Field(default_factory=list)
+    timed_out: int = 0
+    errors: int = 0
+
+
+class ComparisonRecord(EngineRecord):
+    skipped: str | None = None
+    comparison: Comparison | None = None
+    incumbent_batch: str | None = None
+    candidate_batch: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+
+
+class DecisionRecord(EngineRecord):
+    seq: int
+    decision: Decision
+    usage: Usage = Field(default_factory=Usage)  # the whole iteration's model calls
+
+
+class Report(EngineRecord):
+    """report.json (SPEC §8)."""
+
+    compile_key: str
+    status: Literal["completed", "budget_exhausted"]
+    input_package_hash: str
+    final_package_hash: str
+    final_skill_sha256: str
+    task_name: str
+    task_prompt: str
+    agent: str
+    agent_model: str
+    judge_model: str
+    editor_model: str
+    levels: list[LevelSummary]
+    decisions: list[Decision]
+    final_rollouts: list[str] = Field(default_factory=list)  # trace ids, or empty
+    final_rollouts_batch: str | None = None
+    usage_by_role: dict[str, Usage] = Field(default_factory=dict)
+    usage_total: Usage = Field(default_factory=Usage)
+    verifier_signal_used: bool = False
+    final_skill_dir: str
+    finished_at: str = Field(default_factory=now_iso)

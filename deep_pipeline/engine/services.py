@@ -1,0 +1,94 @@
+"""The services one compile step uses: judge, editor and agent clients, and the runner.
+
+Built per step from the compile's record, so a step in any process (the CLI driver,
+a Dagster run, a test) gets the same cache, call log, budget and cap.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deep_pipeline.engine.compile_dir import CompileDir
+from deep_pipeline.engine.records import CompileRecord
+from deep_pipeline.errors import InputError
+
+if TYPE_CHECKING:  # litellm is slow to import: keep it off the definitions' import path
+    from deep_pipeline.llm.client import ModelClient
+    from deep_pipeline.rollouts.base import Runner
+
+
+def validate_model_name(model: str, field: str) -> None:
+    if model == "local":
+        return
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    try:
+        litellm.get_llm_provider(model)
+    except Exception:  # litellm raises its BadRequestError for an unknown provider
+        raise InputError(
+            f"config: {field}: unknown model {model!r} (expected 'local' or a litellm model string "
+            f"such as 'anthropic/claude-sonnet-4-5' or 'openai/gpt-4o-mini')"
+        ) from None
+
+
+def dagster_home() -> Path:
+    from deep_pipeline.engine.settings import REPO_ROOT
+
+    home = os.environ.get("DAGSTER_HOME") or str(REPO_ROOT / "dagster_home")
+    return Path(home).resolve()
+
+
+@dataclass
+class Services:
+    judge: "ModelClient"
+    editor: "ModelClient"
+    runner: "Runner"
+
+
+def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = False) -> Services:
+    from deep_pipeline.llm.budget import Budget
+    from deep_pipeline.llm.client import ModelClient, ModelSettings
+    from deep_pipeline.rollouts.base import make_runner
+
+    config = record.config
+    usage = cdir.usage()
+    budget = Budget(config.max_calls, config.max_usd, calls_used=usage.calls, usd_used=usage.cost_usd or 0.0)
+    limiter = threading.BoundedSemaphore(config.parallel)
+    home = dagster_home()
+
+    def client(model: str, api_base: str | None, role: str) -> ModelClient:
+        return ModelClient(
+            ModelSettings(model=model, api_base=api_base),
+            role,
+            cache_dir=cdir.llm_cache,
+            calls_log=cdir.calls_log,
+            budget=budget,
+            limiter=limiter,
+            replay=replay,
+            local_home=home,
+        )
+
+    agent_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base)
+    runner = make_runner(
+        config,
+        model_client=lambda: client(config.agent_model, config.agent_api_base, "agent"),
+        agent_settings=agent_settings,
+        replay_traces=_bundle_traces(cdir) if config.runner == "replay" else None,
+    )
+    return Services(
+        judge=client(config.judge_model, config.judge_api_base, "judge"),
+        editor=client(config.editor_model, config.editor_api_base, "editor"),
+        runner=runner,
+    )
+
+
+def _bundle_traces(cdir: CompileDir) -> list:
+    from deep_pipeline.inputs.bundle import load_bundle
+
+    return load_bundle(cdir.input_bundle).bundle.traces

@@ -1,0 +1,93 @@
+"""Deployment settings and a compile's effective config.
+
+The deployment file (`deep_pipeline.yaml`, or the file named by `$DEEP_PIPELINE_CONFIG`)
+is read when the definitions load: the dimensions and their rubrics, default models,
+the `llm` pool size. A compile's own config (`--config`, `compile.yaml` run config,
+batch overrides) may set models, runner and SPEC's numeric defaults, never dimensions.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from deep_pipeline.core.config import DEFAULT_DIMENSIONS, CompileConfig, Dimension
+from deep_pipeline.errors import InputError
+
+DEPLOYMENT_FILE = "deep_pipeline.yaml"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class Deployment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dimensions: tuple[Dimension, ...] = DEFAULT_DIMENSIONS
+    defaults: dict[str, Any] = Field(default_factory=dict)  # CompileConfig fields
+    llm_pool_limit: int = Field(default=2, ge=1)
+
+
+def deployment_path() -> Path | None:
+    env = os.environ.get("DEEP_PIPELINE_CONFIG")
+    if env:
+        return Path(env)
+    for candidate in (Path.cwd() / DEPLOYMENT_FILE, REPO_ROOT / DEPLOYMENT_FILE):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_deployment(path: Path | None = None) -> Deployment:
+    path = path or deployment_path()
+    if path is None:
+        return Deployment()
+    data = _read_yaml(Path(path))
+    if data.get("dimensions") == "default":
+        data.pop("dimensions")
+    try:
+        deployment = Deployment.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(f"{path}: {_first_error(exc)}") from None
+    if "dimensions" in deployment.defaults:
+        raise InputError(f"{path}: defaults.dimensions: set dimensions at the top level, not in defaults")
+    return deployment
+
+
+def effective_config(deployment: Deployment, overrides: dict[str, Any], origin: str = "config") -> CompileConfig:
+    """Deployment defaults, then the compile's overrides; the dimensions stay the deployment's."""
+    if "dimensions" in overrides:
+        raise InputError(f"{origin}: dimensions: a compile cannot change the dimensions (set them in {DEPLOYMENT_FILE})")
+    merged = {**deployment.defaults, **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        return CompileConfig.model_validate({**merged, "dimensions": deployment.dimensions})
+    except ValidationError as exc:
+        raise InputError(f"{origin}: {_first_error(exc)}") from None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    return _read_yaml(Path(path))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file (expected a YAML config)")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" line {line + 1}" if line is not None else ""
+        raise InputError(f"{path}:{where} invalid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(part) for part in err["loc"]) or "(top)"
+    return f"{loc}: {err['msg']}"

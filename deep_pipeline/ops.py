@@ -1,0 +1,55 @@
+"""Ops of the non-asset jobs: start a compile, carry one to its end, start a batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from deep_pipeline.launcher import drive, register, start_batch
+from deep_pipeline.resources import CompileDefaultsResource, CompileStoreResource
+
+
+class CompileRequest(dg.Config):
+    skill_dir: str = Field(description="The skill folder (holds SKILL.md)")
+    bundle: str = Field(description="The task bundle JSON")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="CompileConfig fields: models, runner, SPEC constants")
+
+
+class BatchRequest(dg.Config):
+    manifest: str = Field(default="batch.yaml", description="The batch manifest (YAML)")
+
+
+def _register(context: dg.OpExecutionContext, config: CompileRequest, store: CompileStoreResource, defaults: CompileDefaultsResource):
+    overrides = {**defaults.overrides(), **config.overrides}
+    record, new = register(context.instance, store.root_path(), Path(config.skill_dir), Path(config.bundle), overrides, "run config: overrides")
+    context.log.info(f"{'registered' if new else 'found existing'} compile {record.key}")
+    context.add_output_metadata({"compile": record.key, "new": new, "folder": str(store.root_path() / record.key)})
+    return record
+
+
+@dg.op(description="Register a compile; the loop sensor carries it on.")
+def start_compile_op(context: dg.OpExecutionContext, config: CompileRequest, store: CompileStoreResource,
+                     defaults: CompileDefaultsResource) -> str:
+    return _register(context, config, store, defaults).key
+
+
+@dg.op(description="Register a compile and run its steps as nested runs until it is finalized.")
+def compile_op(context: dg.OpExecutionContext, config: CompileRequest, store: CompileStoreResource,
+               defaults: CompileDefaultsResource) -> str:
+    from deep_pipeline.definitions import defs
+
+    record = _register(context, config, store, defaults)
+    report = drive(context.instance, store.root_path(), record.key, defs, progress=context.log.info)
+    context.log.info(f"{record.key}: {report.status}; S_final at {report.final_skill_dir}")
+    return record.key
+
+
+@dg.op(description="Register a compile for each manifest entry whose skill + bundle + config has none yet.")
+def start_batch_op(context: dg.OpExecutionContext, config: BatchRequest, store: CompileStoreResource) -> list[str]:
+    started = start_batch(context.instance, store.root_path(), Path(config.manifest))
+    for key, new in started:
+        context.log.info(f"{key}: {'started' if new else 'exists'}")
+    return [key for key, new in started if new]

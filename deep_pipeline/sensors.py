@@ -1,0 +1,105 @@
+"""The loop sensor: reads new materializations, asks the policy, requests the next run.
+
+A plain `@sensor` (an `@asset_sensor` only sees the latest event per tick and would drop
+some, dagster#32853). Its JSON cursor holds the last storage id read per watched asset
+and the compile keys already seen, so each tick only looks at compiles that changed.
+The run key `<action>:<partition key>` makes a repeated or concurrent tick harmless:
+Dagster never launches a run key twice.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+
+from deep_pipeline.core.keys import parse_key
+from deep_pipeline.engine.context import StepContext
+from deep_pipeline.errors import StepError
+from deep_pipeline.launcher import driver_lock
+from deep_pipeline.errors import InputError
+from deep_pipeline.planning import plan_next_run
+from deep_pipeline.resources import CompileStoreResource
+
+WATCHED = ("input_traces", "level_matrix", "decision", "compile_report")
+PAGE = 200
+
+
+def _compile_of(partition_key: str) -> str:
+    return parse_key(partition_key)[0] if "/" in partition_key else partition_key
+
+
+def read_cursor(raw: str | None) -> dict:
+    data = json.loads(raw) if raw else {}
+    return {"ids": data.get("ids", {}), "seen": data.get("seen", [])}
+
+
+def touched_compiles(instance: dg.DagsterInstance, cursor: dict) -> set[str]:
+    """Compiles with a new watched materialization or a new `compiles` key; moves the cursor."""
+    touched: set[str] = set()
+    for name in WATCHED:
+        after = cursor["ids"].get(name)
+        while True:
+            result = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(name), after_storage_id=after), limit=PAGE, ascending=True
+            )
+            for record in result.records:
+                after = record.storage_id
+                partition = record.asset_materialization.partition if record.asset_materialization else None
+                if partition:
+                    touched.add(_compile_of(partition))
+            if not result.has_more:
+                break
+        if after is not None:
+            cursor["ids"][name] = after
+    seen = set(cursor["seen"])
+    new = set(instance.get_dynamic_partitions("compiles")) - seen
+    cursor["seen"] = sorted(seen | new)
+    return touched | new
+
+
+def requests_for(ctx: StepContext) -> tuple[dg.RunRequest | None, dg.AddDynamicPartitionsRequest | None]:
+    planned = plan_next_run(ctx)
+    if planned is None:
+        return None, None
+    run = dg.RunRequest(
+        run_key=planned.run_key, job_name=planned.job_name, partition_key=planned.partition_key, tags=planned.tags(ctx.cdir.key)
+    )
+    add = None
+    if planned.partitions_def != "compiles":
+        add = dg.AddDynamicPartitionsRequest(partitions_def_name=planned.partitions_def, partition_keys=[planned.partition_key])
+    return run, add
+
+
+def _driven_elsewhere(ctx: StepContext) -> bool:
+    """A CLI driver or a `compile` job holds the compile's lock: leave it alone."""
+    try:
+        with driver_lock(ctx):
+            return False
+    except InputError:
+        return True
+
+
+@dg.sensor(
+    name="compile_loop",
+    minimum_interval_seconds=5,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Starts each compile's next step: inputs, a matrix, an iteration, the descent, or the report.",
+)
+def compile_loop_sensor(context: dg.SensorEvaluationContext, store: CompileStoreResource) -> dg.SensorResult:
+    cursor = read_cursor(context.cursor)
+    runs, adds = [], []
+    for key in sorted(touched_compiles(context.instance, cursor)):
+        try:
+            ctx = store.context(key)
+            if _driven_elsewhere(ctx):
+                continue
+            run, add = requests_for(ctx)
+        except (StepError, InputError, ValueError) as exc:
+            context.log.warning(f"{key}: skipped: {exc}")
+            continue
+        if run is not None:
+            runs.append(run)
+        if add is not None:
+            adds.append(add)
+    return dg.SensorResult(run_requests=runs, dynamic_partitions_requests=adds, cursor=json.dumps(cursor))
