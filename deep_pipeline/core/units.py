@@ -1,0 +1,293 @@
+"""Cutting SKILL.md into units: sections, and the paragraphs of one section (SPEC §4).
+
+Structure comes from markdown-it-py's token stream, never from line regexes: a
+block's first line is `token.map[0]`, and only blocks at `token.level == 0` count,
+so headings inside fences, HTML blocks, block quotes and list items never cut.
+
+`token.map` counts lines after markdown-it has normalized `\\r\\n` and `\\r` to
+`\\n`. We map those line numbers back onto the original text with the very same
+line model (markdown-it's own `NEWLINES_RE`), so offsets index the text as the user
+wrote it, CRLF included. `str.splitlines` would be wrong here: it also breaks on
+`\\x0b`, `\\x0c`, `\\x1c`-`\\x1e`, `\\x85`, `\\u2028` and `\\u2029`.
+
+Choices the SPEC leaves open:
+- Front matter fences may carry trailing spaces or tabs (`--- ` closes like `---`);
+  anything else on the line (`----`, `---yaml`) is not a fence.
+- A blank body (only spaces, tabs and line endings) has no units at all.
+- A sub-heading with no block after it in its section goes with the paragraph
+  before it; when it is the section's only block it is a paragraph of its own.
+- Link reference definitions make no token: they belong to the block before them,
+  or, before a section's first block, to the lines that are not a unit.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+
+from markdown_it import MarkdownIt
+from markdown_it.rules_core.normalize import NEWLINES_RE
+
+from deep_pipeline.core.models import Level, Unit
+
+# CommonMark plus tables: SPEC §4 names tables among the blocks of a paragraph level.
+_MD = MarkdownIt("commonmark").enable("table")
+_FENCE = "---"
+_BLANK_CHARS = " \t\r\n"
+_SLUG_MAX = 24
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A top-level block of the body: where it starts and, for a heading, what it is."""
+
+    start: int  # offset of the block's first line in the full text
+    heading: str | None = None
+    depth: int | None = None
+
+
+# ---------------------------------------------------------------- line model
+
+
+def line_starts(text: str) -> list[int]:
+    """Offsets of every line start, with markdown-it's line model (`\\n`, `\\r\\n`, `\\r`).
+
+    A line break at the very end of the text does not open another line, as in
+    markdown-it; the empty text has no lines.
+    """
+    if not text:
+        return []
+    return [0] + [m.end() for m in NEWLINES_RE.finditer(text) if m.end() < len(text)]
+
+
+def _line_text(text: str, start: int) -> tuple[str, int]:
+    """The line starting at `start` without its line ending, and where the next line starts."""
+    match = NEWLINES_RE.search(text, start)
+    if match is None:
+        return text[start:], len(text)
+    return text[start : match.start()], match.end()
+
+
+def _is_fence(line: str) -> bool:
+    return line.rstrip(" \t") == _FENCE
+
+
+def _is_blank(text: str) -> bool:
+    return all(ch in _BLANK_CHARS for ch in text)
+
+
+# ---------------------------------------------------------------- front matter
+
+
+def front_matter_end(text: str) -> int:
+    """Offset where the body starts: just after the closing `---` line, or 0 without front matter.
+
+    Raises ValueError when the first line is `---` and no later line closes it.
+    """
+    first, position = _line_text(text, 0)
+    if not _is_fence(first):
+        return 0
+    while position < len(text):
+        line, next_position = _line_text(text, position)
+        if _is_fence(line):
+            return next_position
+        position = next_position
+    raise ValueError("front matter is not closed: the first line is '---' and no later line is '---'")
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _fold(text: str) -> str:
+    """Heading text with whitespace runs folded, so a setext heading's lines read as one."""
+    return " ".join(text.split())
+
+
+def _top_level_blocks(text: str, base: int = 0) -> list[_Block]:
+    """Top-level blocks of `text` (a body, or a unit's text), offsets shifted by `base`."""
+    starts = line_starts(text)
+    tokens = _MD.parse(text)
+    blocks = []
+    for index, token in enumerate(tokens):
+        # Only a block's opening (or self-contained) token at the root starts a block.
+        if token.level != 0 or token.nesting < 0 or token.map is None:
+            continue
+        start = base + starts[token.map[0]]
+        if token.type == "heading_open":
+            blocks.append(_Block(start, _fold(tokens[index + 1].content), int(token.tag[1:])))
+        else:
+            blocks.append(_Block(start))
+    return blocks
+
+
+def _body_blocks(text: str) -> tuple[int, list[_Block]]:
+    """The body's start offset and its top-level blocks (front matter is cut off first)."""
+    body_start = front_matter_end(text)
+    return body_start, _top_level_blocks(text[body_start:], body_start)
+
+
+def _split_depth(blocks: list[_Block]) -> int | None:
+    counts = Counter(block.depth for block in blocks if block.depth is not None)
+    repeated = [depth for depth, count in counts.items() if count >= 2]
+    return min(repeated) if repeated else None
+
+
+def _cuts(blocks: list[_Block]) -> list[_Block]:
+    depth = _split_depth(blocks)
+    return [b for b in blocks if b.depth is not None and (depth is None or b.depth <= depth)]
+
+
+def split_depth(text: str) -> int | None:
+    """Shallowest depth occurring at least twice among the body's top-level headings.
+
+    None when no depth occurs twice: then every top-level heading cuts.
+    """
+    return _split_depth(_body_blocks(text)[1])
+
+
+def section_outline(text: str) -> list[tuple[str, int]]:
+    """(heading, depth) of every cutting heading: what an edit must leave unchanged."""
+    return [(b.heading or "", b.depth or 0) for b in _cuts(_body_blocks(text)[1])]
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _slug(heading: str) -> str:
+    ascii_text = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode()
+    words = "".join(ch if ch.isalnum() else " " for ch in ascii_text.lower()).split()
+    slug = words[0][:_SLUG_MAX] if words else ""
+    for word in words[1:]:  # whole words only, so ids stay readable
+        if len(slug) + 1 + len(word) > _SLUG_MAX:
+            break
+        slug += "-" + word
+    return slug
+
+
+def _section_id(index: int, heading: str | None) -> str:
+    slug = _slug(heading) if heading else ""
+    return f"s{index:02d}-{slug}" if slug else f"s{index:02d}"
+
+
+def _section(text: str, index: int, start: int, end: int, cut: _Block | None) -> Unit:
+    return Unit(
+        unit_id=_section_id(index, cut.heading if cut else None),
+        level="section",
+        heading=cut.heading if cut else None,
+        heading_depth=cut.depth if cut else None,
+        start=start,
+        end=end,
+        text=text[start:end],
+    )
+
+
+def cut_sections(text: str) -> list[Unit]:
+    """The sections of a full SKILL.md text: they tile `text[front_matter_end(text):]` exactly."""
+    body_start, blocks = _body_blocks(text)
+    cuts = _cuts(blocks)
+    first_cut = cuts[0].start if cuts else len(text)
+    # Text before the first cut is a preamble section only when it is not blank.
+    preamble = not _is_blank(text[body_start:first_cut])
+    spans: list[tuple[int, _Block | None]] = [(body_start, None)] if preamble else []
+    spans += [(cut.start, cut) for cut in cuts]
+    if spans and not preamble:
+        spans[0] = (body_start, spans[0][1])  # blank lines before the first heading join it
+    ends = [start for start, _ in spans[1:]] + [len(text)]
+    return [_section(text, i, start, end, cut) for i, ((start, cut), end) in enumerate(zip(spans, ends))]
+
+
+# ---------------------------------------------------------------- paragraphs
+
+
+def _paragraph_starts(blocks: list[_Block]) -> list[int]:
+    """Start offsets of paragraph units: a run of sub-headings joins the next other block."""
+    starts: list[int] = []
+    pending: int | None = None  # start of the sub-headings waiting for their block
+    for block in blocks:
+        if block.depth is not None:
+            pending = block.start if pending is None else pending
+            continue
+        starts.append(block.start if pending is None else pending)
+        pending = None
+    if pending is not None and not starts:
+        starts.append(pending)  # the section holds nothing but sub-headings
+    return starts
+
+
+def cut_paragraphs(text: str, section: Unit) -> list[Unit]:
+    """The paragraph units of one section of `text`, offsets into the full text."""
+    if section.level != "section" or text[section.start : section.end] != section.text:
+        raise ValueError(f"{section.unit_id} is not a current section of this text")
+    _, blocks = _body_blocks(text)
+    inside = [b for b in blocks if section.start <= b.start < section.end]
+    if section.heading is not None and inside:
+        inside = inside[1:]  # the section's own heading is not a paragraph
+    starts = _paragraph_starts(inside)
+    ends = starts[1:] + [section.end]
+    return [
+        Unit(
+            unit_id=f"{section.unit_id}-p{i:02d}",
+            level="paragraph",
+            section_id=section.unit_id,
+            start=start,
+            end=end,
+            text=text[start:end],
+        )
+        for i, (start, end) in enumerate(zip(starts, ends))
+    ]
+
+
+def cut_units(text: str, level: Level, section_id: str | None = None) -> list[Unit]:
+    """Sections of `text`, or the paragraphs of its section `section_id`."""
+    sections = cut_sections(text)
+    if level == "section":
+        return sections
+    for section in sections:
+        if section.unit_id == section_id:
+            return cut_paragraphs(text, section)
+    known = ", ".join(s.unit_id for s in sections)
+    raise ValueError(f"no section {section_id!r} to cut into paragraphs; sections are: {known}")
+
+
+# ---------------------------------------------------------------- heading and body
+
+
+def heading_line(unit: Unit) -> str:
+    """A section's head: any blank lines before its heading, then the heading line(s).
+
+    The ATX line or the setext pair comes with its line ending. Empty for the
+    preamble and for paragraphs, whose whole text is their body.
+    """
+    if unit.level != "section" or unit.heading is None:
+        return ""
+    # A section starts at its heading, so parsing it alone finds the same heading.
+    found = first_heading(unit.text)
+    if found is None:
+        raise ValueError(f"section {unit.unit_id} does not start with its heading")
+    return unit.text[: found[2]]
+
+
+def unit_body(unit: Unit) -> str:
+    """What the editor is asked to rewrite: the unit's text after its heading line(s)."""
+    return unit.text[len(heading_line(unit)) :]
+
+
+def first_heading(text: str) -> tuple[str, int, int] | None:
+    """(heading, depth, end offset) of `text`'s first block when it is a heading, else None.
+
+    Lets the editor's body be checked for a heading it repeated by mistake.
+    """
+    tokens = _MD.parse(text)
+    opening = next((t for t in tokens if t.level == 0 and t.nesting >= 0 and t.map), None)
+    if opening is None or opening.type != "heading_open" or opening.map is None:
+        return None
+    starts = line_starts(text)
+    end = starts[opening.map[1]] if opening.map[1] < len(starts) else len(text)
+    inline = tokens[tokens.index(opening) + 1]
+    return _fold(inline.content), int(opening.tag[1:]), end
+
+
+def top_level_headings(text: str) -> list[tuple[str, int]]:
+    """(heading, depth) of every top-level heading of the body, cutting or not."""
+    return [(b.heading or "", b.depth or 0) for b in _body_blocks(text)[1] if b.depth is not None]
