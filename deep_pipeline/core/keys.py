@@ -1,0 +1,74 @@
+"""Readable keys of a compile's steps (SPEC §2, DESIGN "Dagster mapping").
+
+- compile key: `<skill name>-<first 6 hex of the identity hash>`, e.g. `pdf-3fa2b1`;
+- matrix key: `<compile>/<level>/m<NN>` (the level's start is m00, refreshes follow);
+- iteration key: `<compile>/<level>/i<NN>` (NN = the iteration's 0-based index in the level);
+- trace batch of an iteration's candidate rollouts: `<level>-i<NN>`.
+
+They double as Dagster dynamic partition keys, which must not contain "..." or control
+characters, so the skill name is reduced to a slug of `[a-z0-9-]`. NN has at least two
+digits and grows past 99 rather than wrapping.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from deep_pipeline.core.models import Level
+
+KeyKind = Literal["matrix", "iteration"]
+
+_LEVELS = ("section", "paragraph")
+_KIND_LETTER = {"matrix": "m", "iteration": "i"}
+# Lenient on the name part (any text without '/' or whitespace), so keys built before
+# names were slugged still parse; strict on the rest.
+_KEY = re.compile(r"^(?P<compile>[^/\s]+-[0-9a-f]{6})/(?P<level>section|paragraph)/(?P<kind>[mi])(?P<index>\d{2,})$")
+
+
+def skill_slug(skill_name: str) -> str:
+    """The skill name as it may appear in a key: lower case, runs of other characters as one '-'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", skill_name.lower()).strip("-")
+    return slug or "skill"
+
+
+def compile_key(skill_name: str, identity_hash: str) -> str:
+    prefix = identity_hash[:6].lower()
+    if not re.fullmatch(r"[0-9a-f]{6}", prefix):
+        raise ValueError(f"identity hash must start with 6 hex digits, got {identity_hash[:12]!r}")
+    return f"{skill_slug(skill_name)}-{prefix}"
+
+
+def _check(level: str, index: int) -> None:
+    if level not in _LEVELS:
+        raise ValueError(f"level must be 'section' or 'paragraph', got {level!r}")
+    if index < 0:
+        raise ValueError(f"index must be >= 0, got {index}")
+
+
+def _step_key(compile_key_: str, level: str, kind: KeyKind, index: int) -> str:
+    _check(level, index)
+    return f"{compile_key_}/{level}/{_KIND_LETTER[kind]}{index:02d}"
+
+
+def matrix_key(compile_key_: str, level: Level, index: int) -> str:
+    return _step_key(compile_key_, level, "matrix", index)
+
+
+def iteration_key(compile_key_: str, level: Level, index: int) -> str:
+    return _step_key(compile_key_, level, "iteration", index)
+
+
+def parse_key(key: str) -> tuple[str, Level, KeyKind, int]:
+    """(compile key, level, "matrix"|"iteration", index) of a matrix or iteration key."""
+    match = _KEY.fullmatch(key)
+    if match is None:
+        raise ValueError(f"not a matrix or iteration key (<compile>/<level>/m<NN> or i<NN>): {key!r}")
+    kind: KeyKind = "matrix" if match["kind"] == "m" else "iteration"
+    return match["compile"], match["level"], kind, int(match["index"])  # type: ignore[return-value]
+
+
+def batch_name(level: Level, index: int) -> str:
+    """The trace batch holding iteration `index`'s candidate rollouts."""
+    _check(level, index)
+    return f"{level}-i{index:02d}"
