@@ -1,0 +1,147 @@
+"""The runner interface: a batch of N rollouts of one package on one task (SPEC §3, §6.4).
+
+Every runner returns one Trace per rollout, ids `<batch>-r<index>`, and never raises
+for an agent's failure: a failed rollout is a trace with `error_category` and
+`error_reason`. The only InputError is a task directory that does not exist, raised
+before any rollout starts.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from deep_pipeline.core.config import CompileConfig
+from deep_pipeline.core.models import Trace
+from deep_pipeline.errors import InputError
+from deep_pipeline.rollouts.sandbox import DEFAULT_IDLE_TIMEOUT_S, SandboxLimits
+from deep_pipeline.store import atomic_write_bytes
+
+if TYPE_CHECKING:  # the llm layer imports litellm: keep it off this module's import path
+    from deep_pipeline.llm.client import ModelClient, ModelSettings
+
+Progress = Callable[[int, Trace], None]
+
+
+class RolloutTask(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str
+    task_dir: Path | None = None
+    skill_name: str
+
+    @field_validator("skill_name")
+    @classmethod
+    def _one_path_component(cls, name: str) -> str:
+        # It becomes a folder name under .claude/skills/ etc.
+        if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise ValueError(f"skill name {name!r} must be a single folder name")
+        return name
+
+
+class Runner(Protocol):
+    name: str
+
+    def run_batch(
+        self,
+        *,
+        package_dir: Path,
+        skill_sha256: str,
+        task: RolloutTask,
+        batch: str,
+        n: int,
+        archive_dir: Path,
+        progress: Progress | None = None,
+    ) -> list[Trace]: ...
+
+
+def trace_id(batch: str, index: int) -> str:
+    return f"{batch}-r{index}"
+
+
+def check_task_dir(task: RolloutTask) -> None:
+    """The one bad input a runner refuses: a task directory that is not there."""
+    if task.task_dir is not None and not Path(task.task_dir).is_dir():
+        raise InputError(f"{task.task_dir}: task directory does not exist (task_dir of the task bundle)")
+
+
+def archive_file(archive_dir: Path, index: int, name: str, data: bytes | str) -> None:
+    """One raw artefact of rollout `index`, written atomically under archive_dir/<index>/."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    atomic_write_bytes(Path(archive_dir) / str(index) / name, data)
+
+
+def run_parallel(
+    n: int, parallel: int, rollout: Callable[[int], Trace], progress: Progress | None
+) -> list[Trace]:
+    """Run rollouts 0..n-1 on a thread pool; progress is called from this thread as each ends."""
+    traces: list[Trace | None] = [None] * n
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, n)), thread_name_prefix="rollout") as pool:
+        futures = {pool.submit(rollout, index): index for index in range(n)}
+        for future in as_completed(futures):
+            index = futures[future]
+            traces[index] = future.result()
+            if progress is not None:
+                progress(index, traces[index])
+    return [trace for trace in traces if trace is not None]
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+
+def make_runner(
+    config: CompileConfig,
+    *,
+    model_client: Callable[[], "ModelClient"] | None = None,
+    agent_settings: "ModelSettings | None" = None,
+    replay_traces: list[Trace] | None = None,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    local_home: Path | None = None,
+    sandbox_parent: Path | None = None,
+) -> Runner:
+    """The runner the compile's config names.
+
+    `model_client` builds the agent's ModelClient (chat); `agent_settings` is the agent
+    model for subprocess agents (defaults to config.agent_model); `local_home` is where
+    the embedded local model's server is recorded when the agent model is `local`.
+    """
+    limits = SandboxLimits(timeout_s=config.rollout_timeout_s, idle_timeout_s=idle_timeout_s)
+    if config.runner == "chat":
+        from deep_pipeline.rollouts.chat import ChatRunner
+
+        if model_client is None:
+            raise InputError("runner 'chat' needs the agent model client (model_client=...)")
+        return ChatRunner(model_client, parallel=config.parallel, default_model=config.agent_model)
+    if config.runner == "replay":
+        from deep_pipeline.rollouts.replay import ReplayRunner
+
+        return ReplayRunner(replay_traces or [])
+    model, api_base = _agent_model(config, agent_settings)
+    common = dict(model=model, api_base=api_base, parallel=config.parallel, limits=limits,
+                  sandbox_parent=sandbox_parent, local_home=local_home)
+    if config.runner == "mini-swe-agent":
+        from deep_pipeline.rollouts.miniswe import MiniSweRunner
+
+        return MiniSweRunner(**common, settings=agent_settings)
+    from deep_pipeline.rollouts.command import CommandRunner
+
+    if not config.agent_command:
+        raise InputError("runner 'command' needs agent_command in the compile config")
+    return CommandRunner(config.agent_command, config.agent_output_format, **common)
+
+
+def _agent_model(config: CompileConfig, settings: "ModelSettings | None") -> tuple[str, str | None]:
+    if settings is None:
+        return config.agent_model, None
+    return settings.model, settings.api_base

@@ -1,0 +1,114 @@
+"""The `chat` runner: one model answer with the skill in the system prompt.
+
+For prompt-only tasks and for models that cannot drive tools (the embedded local model
+included). Each rollout is its own ModelClient call whose step key names the batch and
+the rollout index, so three rollouts are three samples, not one cache hit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from deep_pipeline.core.models import Trace, TraceStep
+from deep_pipeline.rollouts.base import (
+    Progress,
+    RolloutTask,
+    Stopwatch,
+    archive_file,
+    check_task_dir,
+    run_parallel,
+    trace_id,
+)
+from deep_pipeline.store import package_files
+
+SYSTEM_PROMPT = """You are an agent working on a task. The skill `{name}` is installed for you; \
+follow it where it applies.
+
+<skill name="{name}" file="SKILL.md">
+{skill}
+</skill>
+{files}
+Answer the task directly: you cannot run commands or open files."""
+
+
+def chat_messages(package_dir: Path, task: RolloutTask) -> list[dict]:
+    """System: SKILL.md and the names of the package's other files. User: the task prompt."""
+    skill = (package_dir / "SKILL.md").read_text(encoding="utf-8")
+    others = [p.as_posix() for p in package_files(package_dir) if p.as_posix() != "SKILL.md"]
+    files = ("\nOther files in the skill package:\n" + "\n".join(f"- {p}" for p in others) + "\n") if others else ""
+    system = SYSTEM_PROMPT.format(name=task.skill_name, skill=skill, files=files)
+    return [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}]
+
+
+def rollout_step_key(batch: str, index: int) -> str:
+    return f"rollout/{batch}/r{index}"
+
+
+class ChatRunner:
+    name = "chat"
+
+    def __init__(self, model_client: Callable[[], object], *, parallel: int = 3, default_model: str | None = None):
+        self.model_client = model_client
+        self.parallel = parallel
+        self.default_model = default_model
+
+    def run_batch(
+        self,
+        *,
+        package_dir: Path,
+        skill_sha256: str,
+        task: RolloutTask,
+        batch: str,
+        n: int,
+        archive_dir: Path,
+        progress: Progress | None = None,
+    ) -> list[Trace]:
+        check_task_dir(task)
+
+        def rollout(index: int) -> Trace:
+            return self._rollout(index, Path(package_dir), skill_sha256, task, batch, Path(archive_dir))
+
+        return run_parallel(n, self.parallel, rollout, progress)
+
+    def _rollout(
+        self, index: int, package_dir: Path, skill_sha256: str, task: RolloutTask, batch: str, archive_dir: Path
+    ) -> Trace:
+        clock = Stopwatch()
+        labels = dict(trace_id=trace_id(batch, index), batch=batch, skill_sha256=skill_sha256,
+                      agent=self.name, model=self.default_model, prompt=task.prompt)
+        try:
+            messages = chat_messages(package_dir, task)
+        except (OSError, UnicodeDecodeError) as exc:
+            return Trace(**labels, error_category="sandbox_setup",
+                         error_reason=f"cannot read the skill package: {exc}", duration_s=clock.elapsed)
+        steps = [TraceStep(step=1, source="system", text=messages[0]["content"]),
+                 TraceStep(step=2, source="user", text=messages[1]["content"])]
+        client = self.model_client()
+        settings = getattr(client, "settings", None)
+        labels["model"] = getattr(settings, "model", None) or self.default_model
+        try:
+            answer, record = client.complete(rollout_step_key(batch, index), messages)
+        except Exception as exc:  # noqa: BLE001 - any model failure is this rollout's api_error
+            if _must_propagate(exc):
+                raise
+            reason = f"model call failed: {type(exc).__name__}: {exc}"
+            archive_file(archive_dir, index, "error.txt", reason)
+            return Trace(**labels, steps=steps, error_category="api_error", error_reason=reason,
+                         duration_s=clock.elapsed)
+        archive_file(archive_dir, index, "response.txt", answer)
+        steps.append(TraceStep(step=3, source="agent", text=answer))
+        return Trace(
+            **labels, steps=steps, final_output=answer, duration_s=clock.elapsed,
+            prompt_tokens=getattr(record, "prompt_tokens", None),
+            completion_tokens=getattr(record, "completion_tokens", None),
+            cost_usd=getattr(record, "cost_usd", None),
+        )
+
+
+def _must_propagate(exc: Exception) -> bool:
+    """Budget exhaustion and bad input end the compile; they are not a rollout's failure."""
+    from deep_pipeline.errors import InputError
+    from deep_pipeline.llm.budget import BudgetExhausted
+
+    return isinstance(exc, (InputError, BudgetExhausted))

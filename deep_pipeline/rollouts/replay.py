@@ -1,0 +1,50 @@
+"""The `replay` runner: serves traces from a bundle instead of running an agent.
+
+For offline demos and the in-memory test driver. Rollout i of a batch is the bundle's
+trace i mod len(traces), re-labelled with the new batch, id and SKILL.md hash, its
+steps, output and accounting kept as they were.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from deep_pipeline.core.models import Trace
+from deep_pipeline.errors import InputError
+from deep_pipeline.rollouts.base import Progress, RolloutTask, archive_file, check_task_dir, trace_id
+
+
+class ReplayRunner:
+    name = "replay"
+
+    def __init__(self, traces: list[Trace]) -> None:
+        if not traces:
+            raise InputError("runner 'replay' needs at least one trace in the task bundle's traces")
+        self.traces = list(traces)
+
+    def run_batch(
+        self,
+        *,
+        package_dir: Path,
+        skill_sha256: str,
+        task: RolloutTask,
+        batch: str,
+        n: int,
+        archive_dir: Path,
+        progress: Progress | None = None,
+    ) -> list[Trace]:
+        check_task_dir(task)
+        served = []
+        for index in range(n):
+            source = self.traces[index % len(self.traces)]
+            trace = source.model_copy(
+                update={"trace_id": trace_id(batch, index), "batch": batch, "skill_sha256": skill_sha256}, deep=True
+            )
+            # Which bundle trace this one is, so an audit can follow it back.
+            archive_file(Path(archive_dir), index, "replayed_from.json",
+                         json.dumps({"trace_id": source.trace_id, "batch": source.batch}) + "\n")
+            served.append(trace)
+            if progress is not None:
+                progress(index, trace)
+        return served

@@ -1,0 +1,26 @@
+"""A fake agent that hangs: starts a child that also sleeps, prints one line, never ends.
+
+`--pidfile PATH` records its pid and its child's pid (tests check both are gone);
+`--ignore-term` makes both ignore SIGTERM, so only SIGKILL stops them;
+`--setsid-child` puts the child in a session of its own, out of the agent's group.
+"""
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+args = sys.argv[1:]
+if "--ignore-term" in args:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child_code = "import signal, time\n"
+if "--ignore-term" in args:
+    child_code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+child_code += "time.sleep(3600)\n"
+child = subprocess.Popen([sys.executable, "-c", child_code], start_new_session="--setsid-child" in args)
+if "--pidfile" in args:
+    Path(args[args.index("--pidfile") + 1]).write_text(f"{child.pid} {__import__('os').getpid()}\n")
+print("working...", flush=True)
+while True:
+    time.sleep(3600)
