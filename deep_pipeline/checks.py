@@ -1,6 +1,5 @@
 """Asset checks. Each has `partitions_def=`: without it a check loads every partition."""
 
-from __future__ import annotations
 
 import dagster as dg
 

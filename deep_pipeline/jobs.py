@@ -4,7 +4,6 @@ The asset jobs use the in-process executor: an iteration is a sequence of five s
 and the multiprocess executor costs ~3 s per step here (DESIGN "Facts measured here").
 """
 
-from __future__ import annotations
 
 import dagster as dg
 

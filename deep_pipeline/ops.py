@@ -1,6 +1,5 @@
 """Ops of the non-asset jobs: start a compile, carry one to its end, start a batch."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Any

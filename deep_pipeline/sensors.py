@@ -7,7 +7,6 @@ The run key `<action>:<partition key>` makes a repeated or concurrent tick harml
 Dagster never launches a run key twice.
 """
 
-from __future__ import annotations
 
 import json
 

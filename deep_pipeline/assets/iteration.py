@@ -6,7 +6,6 @@ dynamic partition sets, so the links to the matrix selected from, the incumbent'
 traces and the compile are metadata (keys, paths, sha256), not dependencies.
 """
 
-from __future__ import annotations
 
 import dagster as dg
 

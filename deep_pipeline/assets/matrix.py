@@ -6,7 +6,6 @@ pay the dagster + litellm import), and each column still materialized and stored
 its own, so a crash repeats only the columns not yet done.
 """
 
-from __future__ import annotations
 
 from collections.abc import Sequence
 

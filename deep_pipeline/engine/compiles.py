@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from deep_pipeline.core.config import CompileConfig
+from deep_pipeline.core.keys import compile_key
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.errors import InputError
@@ -19,10 +20,6 @@ def compile_identity(package_hash: str, bundle_hash: str, config: CompileConfig)
         sort_keys=True,
     )
     return sha256_text(payload)
-
-
-def compile_key(skill_name: str, identity: str) -> str:
-    return f"{skill_name}-{identity[:6]}"
 
 
 def check_models(config: CompileConfig) -> None:

@@ -44,14 +44,13 @@ def usable_bundle_traces(record: CompileRecord, traces: list[Trace]) -> bool:
 
 
 def input_step(ctx: StepContext) -> TraceBatchRecord:
-    from deep_pipeline.inputs.bundle import parse_bundle
     from deep_pipeline.rollouts.base import RolloutTask
 
     cdir = ctx.cdir
     if cdir.has_batch(INPUT_BATCH):
         return cdir.batch(INPUT_BATCH)
     record = ctx.record
-    bundle = parse_bundle(cdir.input_bundle.read_bytes(), origin=str(cdir.input_bundle))
+    bundle = cdir.bundle()
     if usable_bundle_traces(record, bundle.traces):
         traces = [t.model_copy(update={"batch": INPUT_BATCH}) for t in bundle.traces]
         batch = TraceBatchRecord(batch=INPUT_BATCH, trace_ids=[t.trace_id for t in traces], skill_sha256=record.skill_sha256,

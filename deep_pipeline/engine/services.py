@@ -24,10 +24,12 @@ if TYPE_CHECKING:  # litellm is slow to import: keep it off the definitions' imp
 def validate_model_name(model: str, field: str) -> None:
     if model == "local":
         return
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    from deep_pipeline.llm.client import load_litellm
 
-    litellm.suppress_debug_info = True
+    litellm = load_litellm()
+    from litellm.utils import custom_llm_setup
+
+    custom_llm_setup()  # providers registered in litellm.custom_provider_map count as known
     try:
         litellm.get_llm_provider(model)
     except Exception:  # litellm raises its BadRequestError for an unknown provider
@@ -79,7 +81,8 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
         config,
         model_client=lambda: client(config.agent_model, config.agent_api_base, "agent"),
         agent_settings=agent_settings,
-        replay_traces=_bundle_traces(cdir) if config.runner == "replay" else None,
+        replay_traces=cdir.bundle().traces if config.runner == "replay" else None,
+        local_home=home,
     )
     return Services(
         judge=client(config.judge_model, config.judge_api_base, "judge"),
@@ -87,8 +90,3 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
         runner=runner,
     )
 
-
-def _bundle_traces(cdir: CompileDir) -> list:
-    from deep_pipeline.inputs.bundle import load_bundle
-
-    return load_bundle(cdir.input_bundle).bundle.traces

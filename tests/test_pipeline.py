@@ -1,0 +1,120 @@
+"""Whole compiles through Dagster (ephemeral instance) against the plain driver.
+
+The scripted world answers through litellm, the replay runner serves the bundle's
+traces; everything else — prompts, parsing, policy, steps, records, Dagster runs,
+metadata — is the real thing.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from deep_pipeline.engine.compiles import register_compile
+from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.driver import run_inline
+from deep_pipeline.engine.settings import effective_config, load_deployment
+from deep_pipeline.launcher import drive, register
+from tests.compile_world import CONFIG, World, install_world, make_inputs
+from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
+    (tmp_path / "home").mkdir()
+    return tmp_path
+
+
+def decisions_of(report):
+    return [(d.level, d.index, str(d.coordinate), d.reason) for d in report.decisions]
+
+
+def plain(tmp, world, scripted_llm, **overrides):
+    install_world(scripted_llm, world)
+    skill, bundle = make_inputs(tmp / "plain")
+    config = effective_config(load_deployment(), {**CONFIG, **overrides})
+    record = register_compile(tmp / "plain-store", skill, bundle, config)
+    return run_inline(StepContext.open(tmp / "plain-store", record.key))
+
+
+def through_dagster(tmp, world, scripted_llm, instance, **overrides):
+    from deep_pipeline.definitions import defs
+
+    install_world(scripted_llm, world)
+    skill, bundle = make_inputs(tmp / "dg")
+    record, new = register(instance, tmp / "store", skill, bundle, {**CONFIG, **overrides})
+    assert new
+    return record, drive(instance, tmp / "store", record.key, defs)
+
+
+def materialized(instance, asset: str | list[str], prefix: str):
+    result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset)), limit=1000, ascending=True)
+    return [r.asset_materialization for r in result.records if r.asset_materialization.partition.startswith(prefix)]
+
+
+SCENARIOS = {
+    # One open cell whose edit the judge likes: accepted, then nothing is open.
+    "accept": (World(low={("s02-steps", "clarity"): 2}), {}),
+    # An open cell no edit improves: two rejections exhaust it, the compile descends into
+    # that section's two paragraphs, then blocks the dimension at section level.
+    "descend": (World(low={("s02-steps", "actionability"): 2}, compare={("s02-steps", "actionability"): (2, 2)}), {}),
+    # Nothing open: converged at once.
+    "converge": (World(), {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_dagster_compile_matches_plain_driver(name, env, scripted_llm):
+    world, overrides = SCENARIOS[name]
+    reference = plain(env, World(**{k: dict(v) for k, v in vars(world).items() if k != "calls"}), scripted_llm, **overrides)
+    scripted_llm.reset()
+    instance = dg.DagsterInstance.ephemeral()
+    record, report = through_dagster(env, world, scripted_llm, instance, **overrides)
+
+    assert decisions_of(report) == decisions_of(reference)
+    assert [(lv.level, lv.stop_reason) for lv in report.levels] == [(lv.level, lv.stop_reason) for lv in reference.levels]
+    decisions = materialized(instance, "decision", record.key)
+    assert [m.partition for m in decisions] == [f"{record.key}/{d.level}/i{d.index:02d}" for d in report.decisions]
+    assert [m.metadata["reason"].value for m in decisions] == [d.reason for d in report.decisions]
+    if name == "accept":
+        assert [d.reason for d in report.decisions] == ["target_improved_without_runtime_regression"]
+        final = (env / "store" / record.key / "final" / "skill" / "SKILL.md").read_text()
+        assert "IMPROVED-s02-steps" in final and "## Steps" in final
+        assert report.final_rollouts  # the accepted candidate's traces ran on S_final
+    if name == "descend":
+        reasons = [d.reason for d in report.decisions]
+        assert reasons[:2] == ["target_cell_did_not_improve"] * 2
+        assert {lv.level: lv.stop_reason for lv in report.levels}["section"] == "available_coordinates_exhausted"
+        assert materialized(instance, "level_matrix", f"{record.key}/paragraph/"), "the descent scored a paragraph matrix"
+    if name == "converge":
+        assert report.decisions == []
+        assert report.levels[0].stop_reason == "normalized_gap_converged"
+    # Every column of every matrix was materialized on its own.
+    for dim in ("correctness", "actionability", "coverage", "clarity", "concision"):
+        assert materialized(instance, ["matrix", dim], record.key)
+    checks = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(dg.AssetKey("compile_report"), "report_matches_decisions"), limit=5
+    )
+    assert checks and checks[0].status.value == "SUCCEEDED"
+
+
+def test_resume_after_finish_makes_no_new_call(env, scripted_llm):
+    world = World(low={("s02-steps", "clarity"): 2})
+    instance = dg.DagsterInstance.ephemeral()
+    record, report = through_dagster(env, world, scripted_llm, instance)
+    calls = len(scripted_llm.requests)
+    from deep_pipeline.definitions import defs
+
+    again = drive(instance, env / "store", record.key, defs)
+    assert decisions_of(again) == decisions_of(report)
+    assert len(scripted_llm.requests) == calls
+
+
+def test_definitions_load():
+    from deep_pipeline.definitions import defs
+
+    dg.Definitions.validate_loadable(defs)
+    for job in ("prepare_inputs", "score_matrix", "run_iteration", "finalize", "start_compile", "compile", "start_batch"):
+        assert defs.resolve_job_def(job) is not None
