@@ -1,0 +1,83 @@
+"""`deep-pipeline compile / status / resume` against a temporary SQLite DAGSTER_HOME."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+import yaml
+
+from deep_pipeline.cli import main
+from tests.compile_world import CONFIG, World, install_world, make_inputs
+from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
+    return home
+
+
+def write_config(tmp_path, **extra):
+    path = tmp_path / "compile.yaml"
+    path.write_text(yaml.safe_dump({**CONFIG, **extra}))
+    return path
+
+
+def test_compile_records_every_decision_as_a_materialization(tmp_path, home, scripted_llm, capsys):
+    install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2, ("s03-output", "concision"): 3},
+                                      compare={("s03-output", "concision"): (3, 3)}))
+    skill, bundle = make_inputs(tmp_path)
+    assert main(["compile", str(skill), "--task", str(bundle), "--config", str(write_config(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "S_final:" in out and "report:" in out
+    compiles = list((home / "compiles").iterdir())
+    assert len(compiles) == 1
+    report = json.loads((compiles[0] / "report.json").read_text())
+
+    instance = dg.DagsterInstance.get()  # the same SQLite storage the CLI wrote
+    records = instance.fetch_materializations(dg.AssetKey("decision"), limit=100, ascending=True).records
+    mats = [r.asset_materialization for r in records]
+    assert [m.partition for m in mats] == [f"{report['compile_key']}/{d['level']}/i{d['index']:02d}" for d in report["decisions"]]
+    for mat, decision in zip(mats, report["decisions"]):
+        assert mat.metadata["reason"].value == decision["reason"]
+        assert mat.metadata["coordinate"].value == f"{decision['coordinate']['unit_id']}/{decision['coordinate']['dimension']}"
+        assert "decision_path" in mat.metadata and "decision_sha256" in mat.metadata
+        assert "current_matrix" in mat.metadata
+    assert len(report["decisions"]) >= 2  # one accept, then rejections of the second cell
+    assert report["decisions"][0]["accepted"] is True
+    assert report["verifier_signal_used"] is False
+
+    # status lists it as finalized; a re-run resumes and makes no new model call.
+    assert main(["status"]) == 0
+    assert "finalized" in capsys.readouterr().out
+    calls = len(scripted_llm.requests)
+    assert main(["compile", str(skill), "--task", str(bundle), "--config", str(write_config(tmp_path)), "--quiet"]) == 0
+    assert len(scripted_llm.requests) == calls
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        ({"runner": "nonsense"}, "runner"),
+        ({"judge_model": "nosuchprovider/x"}, "judge_model"),
+        ({"dimensions": []}, "dimensions"),
+        ({"rollouts": "many"}, "rollouts"),
+    ],
+)
+def test_bad_settings_fail_before_anything_is_registered(tmp_path, home, scripted_llm, capsys, extra, needle):
+    skill, bundle = make_inputs(tmp_path)
+    code = main(["compile", str(skill), "--task", str(bundle), "--config", str(write_config(tmp_path, **extra))])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and needle in err
+    assert not (home / "compiles").exists() or not any((home / "compiles").iterdir())
+
+
+def test_resume_unknown_compile_is_a_clear_error(home, capsys):
+    assert main(["resume", "nope-123456"]) == 2
+    assert "no such compile" in capsys.readouterr().err

@@ -1,0 +1,97 @@
+"""The loop sensor, evaluated with build_sensor_context on an ephemeral instance."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from deep_pipeline.core.policy import ScoreLevel
+from deep_pipeline.engine.compiles import register_compile
+from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.driver import execute
+from deep_pipeline.engine.settings import effective_config, load_deployment
+from deep_pipeline.resources import CompileStoreResource
+from deep_pipeline.sensors import compile_loop_sensor
+from tests.compile_world import CONFIG, World, install_world, make_inputs
+from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def setup(tmp_path, scripted_llm):
+    def make(world: World):
+        install_world(scripted_llm, world)
+        skill, bundle = make_inputs(tmp_path)
+        record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
+        instance = dg.DagsterInstance.ephemeral()
+        instance.add_dynamic_partitions("compiles", [record.key])
+        return instance, record, StepContext.open(tmp_path / "store", record.key)
+
+    return make, tmp_path
+
+
+def tick(instance, root, cursor=None):
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"store": CompileStoreResource(root=str(root))})
+    return compile_loop_sensor(context), context
+
+
+def test_new_compile_gets_its_inputs_run_then_nothing_until_something_changes(setup):
+    make, tmp = setup
+    instance, record, _ = make(World())
+    result, _ = tick(instance, tmp / "store")
+    assert [(r.job_name, r.partition_key, r.run_key) for r in result.run_requests] == [
+        ("prepare_inputs", record.key, f"inputs:{record.key}")
+    ]
+    assert result.run_requests[0].tags["deep/compile"] == record.key
+    cursor = json.loads(result.cursor)
+    assert record.key in cursor["seen"]
+
+    again, _ = tick(instance, tmp / "store", result.cursor)
+    assert again.run_requests == []  # nothing new since the cursor
+
+
+def test_repeated_tick_asks_for_the_same_run_key(setup):
+    make, tmp = setup
+    instance, record, _ = make(World())
+    first, _ = tick(instance, tmp / "store")
+    second, _ = tick(instance, tmp / "store")  # a concurrent tick from the same old cursor
+    assert [r.run_key for r in first.run_requests] == [r.run_key for r in second.run_requests]
+
+
+def test_cursor_follows_materializations_page_by_page(setup):
+    make, tmp = setup
+    instance, record, ctx = make(World())
+    first, _ = tick(instance, tmp / "store")
+    execute(ctx, ctx.plan()[2])  # the inputs step, done outside the sensor
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="input_traces", partition=record.key))
+    result, _ = tick(instance, tmp / "store", first.cursor)
+    assert [(r.job_name, r.partition_key) for r in result.run_requests] == [("score_matrix", f"{record.key}/section/m00")]
+    assert result.dynamic_partitions_requests[0].partition_keys == [f"{record.key}/section/m00"]
+    assert json.loads(result.cursor)["ids"]["input_traces"] > 0
+
+
+def test_descent_is_requested_as_the_paragraph_matrix(setup):
+    make, tmp = setup
+    world = World(low={("s02-steps", "actionability"): 2}, compare={("s02-steps", "actionability"): (2, 2)})
+    instance, record, ctx = make(world)
+    first, _ = tick(instance, tmp / "store")
+    # Run the steps up to the descent (two rejections of the one open cell).
+    while not (isinstance(action := ctx.plan()[2], ScoreLevel) and action.level == "paragraph"):
+        execute(ctx, action)
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="decision", partition=f"{record.key}/section/i01"))
+    result, _ = tick(instance, tmp / "store", first.cursor)
+    assert [(r.job_name, r.partition_key, r.run_key) for r in result.run_requests] == [
+        ("score_matrix", f"{record.key}/paragraph/m00", f"matrix:{record.key}/paragraph/m00")
+    ]
+    assert result.dynamic_partitions_requests[0].partitions_def_name == "matrices"
+
+
+def test_deleted_compile_folder_is_skipped_with_a_warning(setup):
+    import shutil
+
+    make, tmp = setup
+    instance, record, _ = make(World())
+    shutil.rmtree(tmp / "store" / record.key)
+    result, _ = tick(instance, tmp / "store")
+    assert result.run_requests == []
