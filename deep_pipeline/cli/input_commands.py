@@ -1,0 +1,213 @@
+"""`inspect`, `validate`, `import-traces`, `schema`: the commands that look at inputs.
+
+None of them calls a model or starts Dagster, so they answer in well under a second.
+
+How `import-traces` fills the bundle: `--task-name` / `--prompt` when given; else the
+task name the rollouts' result.json files agree on, and the prompt of the first
+imported trace that has one (its recorded prompt, else its first user step). A bundle
+needs both; without them the command stops and says which option to give. `--into`
+adds the traces to an existing bundle and keeps its task, prompt and task_dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from deep_pipeline.core.models import Trace, Unit
+from deep_pipeline.errors import InputError
+from deep_pipeline.inputs.bundle import TaskBundle, load_bundle, resolve_task_dir, schema_text, validate_bundle
+from deep_pipeline.inputs.jsonfile import decode_utf8, read_bytes
+from deep_pipeline.inputs.skill import load_skill
+from deep_pipeline.store import atomic_write_json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    inspect = subparsers.add_parser("inspect", help="show the units of a skill's SKILL.md")
+    inspect.add_argument("skill_dir", type=Path, metavar="SKILL_DIR")
+    inspect.add_argument("--level", choices=("section", "paragraph"), default="section")
+    inspect.add_argument("--section", metavar="ID", help="with --level paragraph: only this section's paragraphs")
+    inspect.add_argument("--json", action="store_true", help="print a JSON array of units")
+    inspect.set_defaults(handler=inspect_command)
+
+    validate = subparsers.add_parser("validate", help="check a skill package (and a task bundle)")
+    validate.add_argument("skill_dir", type=Path, metavar="SKILL_DIR")
+    validate.add_argument("--bundle", type=Path, metavar="BUNDLE")
+    validate.set_defaults(handler=validate_command)
+
+    imp = subparsers.add_parser("import-traces", help="import agent traces into a task bundle")
+    imp.add_argument("paths", type=Path, nargs="+", metavar="PATH", help="trace files or rollout folders")
+    imp.add_argument("-o", "--output", type=Path, required=True, metavar="BUNDLE", help="the bundle to write")
+    imp.add_argument("--into", type=Path, metavar="EXISTING_BUNDLE", help="add the traces to this bundle")
+    imp.add_argument("--task-name", metavar="NAME")
+    prompt = imp.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", metavar="TEXT")
+    prompt.add_argument("--prompt-file", type=Path, metavar="FILE")
+    imp.add_argument("--task-dir", type=Path, metavar="DIR", help="the task's files (stored relative to the bundle)")
+    imp.add_argument("--agent", help="the agent that produced the traces")
+    imp.add_argument("--agent-model", help="the model that agent ran with")
+    imp.add_argument("--force", action="store_true", help="replace an existing output bundle")
+    imp.set_defaults(handler=import_command)
+
+    schema = subparsers.add_parser("schema", help="print the task bundle JSON Schema")
+    schema.set_defaults(handler=schema_command)
+
+
+# ---------------------------------------------------------------- inspect
+
+
+def units_of(text: str, level: str, section_id: str | None = None) -> list[Unit]:
+    """The units of a level in document order; paragraphs of every section unless one is named."""
+    from deep_pipeline.core.units import cut_paragraphs, cut_sections
+
+    try:
+        sections = cut_sections(text)
+        if level == "section":
+            return sections
+        chosen = [s for s in sections if section_id in (None, s.unit_id)]
+        if section_id is not None and not chosen:
+            known = ", ".join(s.unit_id for s in sections)
+            raise InputError(f"no section {section_id!r}; sections are: {known}")
+        return [p for section in chosen for p in cut_paragraphs(text, section)]
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _row(unit: Unit) -> str:
+    depth = "" if unit.heading_depth is None else str(unit.heading_depth)
+    heading = unit.heading if unit.heading is not None else _first_line(unit.text)
+    return f"{unit.unit_id:<32} {depth:>5} {len(unit.text):>6}  {heading}"
+
+
+def _first_line(text: str, width: int = 60) -> str:
+    line = next((l.strip() for l in text.splitlines() if l.strip()), "")
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    if args.section and args.level != "paragraph":
+        raise InputError("--section needs --level paragraph")
+    skill = load_skill(args.skill_dir)
+    units = units_of(skill.skill_text, args.level, args.section)
+    if args.json:
+        print(json.dumps([u.model_dump(mode="json") for u in units], indent=2, ensure_ascii=False))
+        return 0
+    print(f"{skill.name}: {len(units)} {args.level} unit{'s' if len(units) != 1 else ''}")
+    print(f"{'id':<32} {'depth':>5} {'chars':>6}  heading (or first line)")
+    for unit in units:
+        print(_row(unit))
+    return 0
+
+
+# ---------------------------------------------------------------- validate
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    skill = load_skill(args.skill_dir)
+    loaded = load_bundle(args.bundle) if args.bundle is not None else None  # check all before printing
+    print(f"skill: {skill.name}")
+    print(f"package sha256: {skill.package_hash}")
+    print(f"SKILL.md sha256: {skill.skill_sha256}")
+    for warning in skill.warnings:
+        print(f"warning: {warning}")
+    if loaded is not None:
+        traces = loaded.bundle.traces
+        matching = sum(1 for t in traces if t.skill_sha256 == skill.skill_sha256)
+        print(f"bundle: {loaded.bundle.task_name} ({len(traces)} trace{'s' if len(traces) != 1 else ''}, "
+              f"{matching} made on this SKILL.md)")
+        print(f"bundle sha256: {loaded.bundle_hash}")
+        if loaded.task_dir is not None:
+            print(f"task_dir: {loaded.task_dir}")
+    print("ok")
+    return 0
+
+
+# ---------------------------------------------------------------- import-traces
+
+
+def _agreed(values: list[str | None]) -> str | None:
+    """The one value every source that gives one agrees on, else None."""
+    given = {v for v in values if v}
+    return given.pop() if len(given) == 1 else None
+
+
+def _prompt(args: argparse.Namespace, traces: list[Trace], bundle_prompt: str | None) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    if args.prompt_file is not None:
+        return decode_utf8(read_bytes(args.prompt_file), str(args.prompt_file))
+    found = bundle_prompt or next((t.prompt for t in traces if t.prompt.strip()), "")
+    if not found.strip():
+        raise InputError(f"{args.output}: a bundle needs a prompt and the imported traces record none "
+                         "(no user step); give --prompt or --prompt-file")
+    return found
+
+
+def _task_dir_field(task_dir: Path | None, output: Path) -> str | None:
+    if task_dir is None:
+        return None
+    if not task_dir.is_dir():
+        raise InputError(f"{task_dir}: --task-dir is not a folder")
+    return os.path.relpath(task_dir.resolve(), output.resolve().parent)
+
+
+def _new_bundle(args: argparse.Namespace, imported: list[Any]) -> dict[str, Any]:
+    traces = [item.trace for item in imported]
+    task_name = args.task_name or _agreed([item.task_name for item in imported])
+    if not task_name:
+        raise InputError(f"{args.output}: a bundle needs a task name and the imported rollouts do not name "
+                         "one task; give --task-name")
+    return {
+        "task_name": task_name,
+        "prompt": _prompt(args, traces, _agreed([item.prompt for item in imported])),
+        "task_dir": _task_dir_field(args.task_dir, args.output),
+        "agent": args.agent or _agreed([t.agent for t in traces]),
+        "agent_model": args.agent_model or _agreed([t.model for t in traces]),
+        "traces": [],
+    }
+
+
+def _check_new_ids(imported: list[Any], existing: list[dict[str, Any]], into: Path) -> None:
+    ids = {t["trace_id"] for t in existing}
+    for item in imported:
+        if item.trace.trace_id in ids:
+            raise InputError(f"{item.source}: trace id {item.trace.trace_id!r} is already in {into}")
+
+
+def _fill_prompts(traces: list[Trace], prompt: str) -> list[Trace]:
+    # A trace's prompt is the task's prompt unless its source recorded its own.
+    return [t if t.prompt.strip() else t.model_copy(update={"prompt": prompt}) for t in traces]
+
+
+def import_command(args: argparse.Namespace) -> int:
+    from deep_pipeline.traces.detect import import_sources
+
+    if args.into is not None and (args.task_name or args.prompt is not None or args.prompt_file or args.task_dir):
+        raise InputError("--into keeps the existing bundle's task; drop --task-name/--prompt/--task-dir")
+    same_file = args.into is not None and args.into.resolve() == args.output.resolve()
+    if args.output.exists() and not (same_file or args.force):
+        raise InputError(f"{args.output}: already exists; use --into {args.output} to add to it, or --force")
+    imported = import_sources(args.paths)
+    if args.into is not None:
+        base = load_bundle(args.into).bundle.model_dump(mode="json")
+        _check_new_ids(imported, base["traces"], args.into)
+        if not same_file and base.get("task_dir") is not None:
+            task_dir = resolve_task_dir(base["task_dir"], args.into, str(args.into))
+            base["task_dir"] = os.path.relpath(task_dir, args.output.resolve().parent)
+    else:
+        base = _new_bundle(args, imported)
+    traces = _fill_prompts([item.trace for item in imported], base["prompt"])
+    base["traces"] = base["traces"] + [t.model_dump(mode="json") for t in traces]
+    bundle: TaskBundle = validate_bundle(base, str(args.output))
+    atomic_write_json(args.output, bundle.model_dump(mode="json", exclude_none=False))
+    print(f"{args.output}: {bundle.task_name}, {len(traces)} trace{'s' if len(traces) != 1 else ''} imported "
+          f"({len(bundle.traces)} in the bundle)")
+    return 0
+
+
+def schema_command(args: argparse.Namespace) -> int:
+    print(schema_text(), end="")
+    return 0

@@ -1,0 +1,107 @@
+"""Reading user-supplied JSON files with one-line errors a user can act on.
+
+Every error names the file and where in it the problem is: a byte offset for bad
+UTF-8, a line and column for bad JSON, a JSON path (`traces[2].steps[0].source`)
+for a record that does not fit its pydantic model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from deep_pipeline.errors import InputError
+
+# pydantic error types whose meaning fits in a few words; others keep pydantic's text.
+_EXPECTED = {
+    "missing": "required field is missing",
+    "extra_forbidden": "unknown field",
+    "string_type": "expected a string",
+    "int_type": "expected an integer",
+    "int_from_float": "expected an integer",
+    "float_type": "expected a number",
+    "bool_type": "expected true or false",
+    "list_type": "expected a list",
+    "dict_type": "expected an object",
+    "model_type": "expected an object",
+    "model_attributes_type": "expected an object",
+    "none_required": "expected null",
+}
+
+_JSON_TYPE = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
+
+
+def read_bytes(path: Path, what: str = "file") -> bytes:
+    """Read a file the user named, or refuse with one line saying why not."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such {what}")
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder, expected a {what}")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def decode_utf8(data: bytes, label: str) -> str:
+    """Decode strictly, naming the byte offset of the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{label}: not UTF-8: byte 0x{data[exc.start]:02x} at byte offset {exc.start} ({exc.reason})"
+        ) from None
+
+
+def parse_json(text: str, label: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{label}: line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}") from None
+
+
+def load_json_file(path: Path) -> tuple[bytes, Any]:
+    """The file's bytes (for hashing) and its parsed JSON."""
+    data = read_bytes(path)
+    if not data.strip():
+        raise InputError(f"{path}: empty file, expected JSON")
+    return data, parse_json(decode_utf8(data, str(path)), str(path))
+
+
+def json_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """('traces', 2, 'steps', 0, 'source') -> 'traces[2].steps[0].source'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _describe(error: dict[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", error.get("ctx", {}).get("expected", ""))
+        return f"expected one of {'|'.join(choices)}, got {json.dumps(error['input'])[:60]}"
+    if kind == "value_error":
+        return str(error.get("ctx", {}).get("error", error["msg"]))
+    if kind in _EXPECTED:
+        text = _EXPECTED[kind]
+        if kind not in ("missing", "extra_forbidden"):
+            text += f", got {_JSON_TYPE.get(type(error['input']), 'null' if error['input'] is None else 'a value')}"
+        return text
+    return error["msg"][0].lower() + error["msg"][1:]
+
+
+def describe_validation_error(exc: ValidationError, label: str, prefix: tuple[Any, ...] = ()) -> str:
+    """One line for a pydantic error: `<file>: <json path>: <what was expected>`."""
+    errors = exc.errors()
+    first = errors[0]
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return f"{label}: {json_path(prefix + tuple(first['loc']))}: {_describe(first)}{more}"

@@ -1,0 +1,210 @@
+"""BenchFlow rollout folders and ACP event streams -> traces.
+
+A BenchFlow rollout folder holds `result.json` (task_name, rollout_name, agent, model,
+agent_result {n_input_tokens, n_output_tokens, cost_usd}, error, error_category,
+timing) and `trajectory/acp_trajectory.jsonl`. That file holds ACP session updates in
+one of two shapes, both read here:
+
+- raw ACP `session/update` notifications (or their `update` objects):
+  `{"sessionUpdate": "agent_message_chunk" | "agent_thought_chunk" |
+  "user_message_chunk", "content": {"type": "text", "text"}}`,
+  `{"sessionUpdate": "tool_call", "toolCallId", "title", "kind", "rawInput", "status"}`,
+  `{"sessionUpdate": "tool_call_update", "toolCallId", "status", "content"}`;
+- BenchFlow's capture records, chunks already merged: `{"type": "user_message" |
+  "agent_message" | "agent_thought", "text"}`, `{"type": "tool_call", "tool_call_id",
+  "kind", "title", "status", "content"}`, `{"type": "agent_timeout", "timeout_sec"}`.
+
+Consecutive chunks of one kind are one step; a tool call joins the agent step it
+follows; its output is its own `tool` step, placed where the call finished.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deep_pipeline.core.models import ErrorCategory, ToolCall, Trace
+from deep_pipeline.errors import InputError
+from deep_pipeline.inputs.jsonfile import parse_json
+from deep_pipeline.traces.common import (
+    StepList,
+    json_lines,
+    arguments_text,
+    block_text,
+    category_from_text,
+    first_text,
+    integer,
+    last_text,
+    number,
+    read_object,
+    read_text,
+)
+
+TRAJECTORY = Path("trajectory") / "acp_trajectory.jsonl"
+_TEXT_KINDS = {
+    "agent_message_chunk": ("agent", "agent"),
+    "agent_message": ("agent", "agent"),
+    "agent_thought_chunk": ("agent", "agent_thought"),
+    "agent_thought": ("agent", "agent_thought"),
+    "user_message_chunk": ("user", "user"),
+    "user_message": ("user", "user"),
+}
+_TERMINAL = ("completed", "failed", "cancelled")
+# Every update kind that marks a file as an ACP stream; plan and mode updates make no step.
+ACP_KINDS = frozenset(_TEXT_KINDS) | {
+    "tool_call", "tool_call_update", "agent_timeout", "plan", "available_commands_update", "current_mode_update",
+}
+# BenchFlow's error categories (benchflow/_utils/scoring.py) -> SPEC §3's.
+_CATEGORIES: dict[str, ErrorCategory] = {
+    "timeout": "timeout",
+    "idle_timeout": "idle_timeout",
+    "install_failure": "sandbox_setup",
+    "infra_failure": "sandbox_setup",
+    "pipe_closed": "agent_error",
+    "acp_error": "agent_error",
+    "other": "agent_error",
+}
+
+
+@dataclass
+class _AcpState:
+    steps: StepList = field(default_factory=StepList)
+    outputs: dict[str, str] = field(default_factory=dict)  # call id -> output so far
+    open_calls: list[str] = field(default_factory=list)  # started, result not yet placed
+    seen_calls: set[str] = field(default_factory=set)
+    timed_out: bool = False
+
+
+def event_kind(event: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """Unwrap a JSON-RPC notification and name the update's kind."""
+    params = event.get("params")
+    if isinstance(params, dict) and isinstance(params.get("update"), dict):
+        event = params["update"]
+    elif isinstance(event.get("update"), dict):
+        event = event["update"]
+    kind = event.get("sessionUpdate", event.get("type"))
+    return event, kind if isinstance(kind, str) else None
+
+
+def _finish_call(state: _AcpState, call_id: str) -> None:
+    if call_id in state.open_calls:
+        state.open_calls.remove(call_id)
+        state.steps.add("tool", state.outputs.pop(call_id, ""))
+
+
+def _tool_call(event: dict[str, Any], state: _AcpState) -> None:
+    call_id = str(event.get("toolCallId", event.get("tool_call_id", "")))
+    raw_input = event.get("rawInput")
+    # ACP's kind (execute, read, edit, ...) names the tool; the title is the command line.
+    call = ToolCall(name=str(event.get("kind") or event.get("title") or "tool"),
+                    arguments=arguments_text(raw_input) if raw_input is not None else str(event.get("title") or ""),
+                    call_id=call_id or None)
+    last = state.steps.last()
+    if last is not None and last.source == "agent" and last.kind == "agent":
+        last.tool_calls.append(call)
+    else:
+        state.steps.add("agent", "", [call], kind="agent")
+    state.open_calls.append(call_id)
+    state.seen_calls.add(call_id)
+    _tool_update(event, state, call_id)
+
+
+def _tool_update(event: dict[str, Any], state: _AcpState, call_id: str | None = None) -> None:
+    call_id = call_id if call_id is not None else str(event.get("toolCallId", event.get("tool_call_id", "")))
+    text = block_text(event.get("content"))
+    if text:
+        # ACP updates replace the call's content; BenchFlow's records carry all of it.
+        state.outputs[call_id] = text
+    if event.get("status") in _TERMINAL:
+        _finish_call(state, call_id)
+
+
+def steps_from_acp(events: list[dict[str, Any]]) -> _AcpState:
+    state = _AcpState()
+    for raw in events:
+        event, kind = event_kind(raw)
+        if kind in _TEXT_KINDS:
+            source, step_kind = _TEXT_KINDS[kind]
+            text = event.get("text") if isinstance(event.get("text"), str) else block_text(event.get("content"))
+            if text:
+                state.steps.add_chunk(source, text, step_kind)
+        elif kind == "tool_call":
+            _tool_call(event, state)
+        elif kind == "tool_call_update":
+            known = str(event.get("toolCallId", event.get("tool_call_id", ""))) in state.seen_calls
+            # An update for a call never announced still records a call (BenchFlow does the same).
+            (_tool_update if known else _tool_call)(event, state)
+        elif kind == "agent_timeout":
+            state.timed_out = True
+            state.steps.add("system", f"agent timed out after {event.get('timeout_sec', '?')} s")
+    for call_id in list(state.open_calls):
+        if state.outputs.get(call_id):
+            _finish_call(state, call_id)  # output with no final status: keep what there is
+    return state
+
+
+def read_acp_events(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of an ACP JSONL file; a bad line is an error naming file:line."""
+    events = []
+    for number_, line in enumerate(json_lines(read_text(path)), start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{number_}: invalid JSON (truncated file?): {exc.msg}") from None
+        if not isinstance(event, dict):
+            raise InputError(f"{path}:{number_}: expected a JSON object per line")
+        events.append(event)
+    return events
+
+
+def _error(result: dict[str, Any]) -> tuple[ErrorCategory | None, str | None]:
+    error = result.get("error")
+    if not error:
+        return None, None
+    category = _CATEGORIES.get(str(result.get("error_category") or ""))
+    return category or category_from_text(str(error)), str(error)[:500]
+
+
+def _prompt(folder: Path) -> str:
+    prompts = folder / "prompts.json"
+    if prompts.is_file():
+        data = parse_json(read_text(prompts), str(prompts))
+        if isinstance(data, list) and data and isinstance(data[0], str):
+            return data[0]
+    return ""
+
+
+def trace_from_acp_events(events: list[dict[str, Any]], *, trace_id: str, **fields: Any) -> Trace:
+    state = steps_from_acp(events)
+    done = state.steps.steps()
+    if state.timed_out and not fields.get("error_category"):
+        fields["error_category"] = "timeout"
+    fields.setdefault("prompt", first_text(done, "user"))
+    return Trace(trace_id=trace_id, steps=done, final_output=last_text(done, "agent"), **fields)
+
+
+def import_benchflow(folder: Path) -> Trace:
+    result = read_object(folder / "result.json")
+    category, reason = _error(result)
+    usage = result.get("agent_result") if isinstance(result.get("agent_result"), dict) else {}
+    timing = result.get("timing") if isinstance(result.get("timing"), dict) else {}
+    fields: dict[str, Any] = dict(
+        agent=result.get("agent") if isinstance(result.get("agent"), str) else None,
+        model=result.get("model") if isinstance(result.get("model"), str) else None,
+        error_category=category,
+        error_reason=reason,
+        duration_s=number(timing.get("agent_execution", timing.get("total"))),
+        prompt_tokens=integer(usage.get("n_input_tokens")),
+        completion_tokens=integer(usage.get("n_output_tokens")),
+        cost_usd=number(usage.get("cost_usd")),
+    )
+    prompt = _prompt(folder)
+    if prompt:
+        fields["prompt"] = prompt
+    name = result.get("rollout_name")
+    trace_id = name if isinstance(name, str) and name else folder.name
+    return trace_from_acp_events(read_acp_events(folder / TRAJECTORY), trace_id=trace_id, **fields)

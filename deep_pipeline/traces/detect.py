@@ -1,0 +1,183 @@
+"""Import traces from paths, detecting each path's format (SPEC §2, §3).
+
+Folders: a BenchFlow rollout, a Harbor trial, or a folder whose subfolders are those
+(a BenchFlow job or Harbor job folder). Files: our Trace / Trace list / task bundle
+JSON, Trace JSONL, ATIF JSON, mini-swe-agent trajectory JSON, Claude Code stream-json,
+or an ACP event stream. Anything else is an error naming the path and the formats
+looked for.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from deep_pipeline.core.models import Trace
+from deep_pipeline.errors import InputError
+from deep_pipeline.inputs.jsonfile import decode_utf8, parse_json, read_bytes
+from deep_pipeline.traces import atif, benchflow, harbor, native
+from deep_pipeline.traces.claude_stream import parse_claude_stream
+from deep_pipeline.traces.common import first_text, json_lines, read_object
+from deep_pipeline.traces.miniswe import exit_category, steps_from_miniswe
+
+FORMATS = (
+    "our Trace / Trace list / task bundle JSON",
+    "Trace JSONL",
+    "BenchFlow rollout folder (result.json + trajectory/acp_trajectory.jsonl)",
+    "Harbor trial folder (result.json + agent/claude-code.txt or agent/trajectory.json)",
+    "ATIF trajectory JSON (schema_version, steps)",
+    "mini-swe-agent trajectory JSON (info, messages)",
+    "Claude Code stream-json",
+    "ACP session-update JSONL",
+)
+_CLAUDE_TYPES = ("system", "assistant", "user", "result")
+
+
+class ImportedTrace(BaseModel):
+    """A trace with where it came from, and the task it says it belongs to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace: Trace
+    source: Path
+    format: str
+    task_name: str | None = None
+    prompt: str | None = None  # a bundle's prompt, when imported from a bundle
+
+
+def _unknown(path: Path, why: str = "") -> InputError:
+    return InputError(f"{path}: unknown trace format{why}; looked for: {'; '.join(FORMATS)}")
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".traj.json", ".json", ".jsonl", ".ndjson", ".txt"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _result_task(folder: Path) -> str | None:
+    task = read_object(folder / "result.json").get("task_name")
+    return task.split("/")[-1] if isinstance(task, str) and task else None
+
+
+def _rollout_folder(folder: Path) -> ImportedTrace | None:
+    if (folder / "result.json").is_file() and (folder / benchflow.TRAJECTORY).is_file():
+        return ImportedTrace(trace=benchflow.import_benchflow(folder), source=folder, format="benchflow",
+                             task_name=_result_task(folder))
+    if harbor.is_harbor_trial(folder):
+        return ImportedTrace(trace=harbor.import_harbor(folder), source=folder, format="harbor",
+                             task_name=_result_task(folder))
+    return None
+
+
+def _import_folder(folder: Path) -> list[ImportedTrace]:
+    one = _rollout_folder(folder)
+    if one is not None:
+        return [one]
+    found = [t for child in sorted(p for p in folder.iterdir() if p.is_dir()) if (t := _rollout_folder(child))]
+    if not found:
+        raise _unknown(folder, " (a folder that is not a rollout and holds no rollout folders)")
+    return found
+
+
+def _miniswe(path: Path, data: dict[str, Any]) -> Trace:
+    parsed = steps_from_miniswe(data, origin=str(path))
+    category = exit_category(parsed.exit_status)
+    return Trace(
+        trace_id=_stem(path), agent="mini-swe-agent", prompt=first_text(parsed.steps, "user"), steps=parsed.steps,
+        final_output=parsed.final_output, error_category=category,
+        error_reason=parsed.exit_status if category else None, prompt_tokens=parsed.prompt_tokens,
+        completion_tokens=parsed.completion_tokens, cost_usd=parsed.cost_usd,
+    )
+
+
+def _from_json(path: Path, data: Any) -> list[ImportedTrace]:
+    if native.is_bundle(data) or native.is_trace(data) or native.is_trace_list(data):
+        traces, bundle = native.traces_from_json(path, data)
+        return [ImportedTrace(trace=t, source=path, format="task-bundle" if bundle else "native-json",
+                              task_name=bundle.task_name if bundle else None,
+                              prompt=bundle.prompt if bundle else None) for t in traces]
+    if atif.is_atif(data):
+        return [ImportedTrace(trace=atif.import_atif(path, data), source=path, format="atif")]
+    if isinstance(data, dict) and isinstance(data.get("messages"), list) and (
+        "trajectory_format" in data or "info" in data
+    ):
+        return [ImportedTrace(trace=_miniswe(path, data), source=path, format="mini-swe-agent")]
+    raise _unknown(path)
+
+
+def _first_object(text: str) -> dict[str, Any] | None:
+    for line in json_lines(text):
+        if line.strip():
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def _from_lines(path: Path, text: str) -> list[ImportedTrace]:
+    first = _first_object(text)
+    if first is None or native.is_trace(first):
+        return [ImportedTrace(trace=t, source=path, format="native-jsonl") for t in native.traces_from_jsonl(path, text)]
+    _, kind = benchflow.event_kind(first)
+    if kind in benchflow.ACP_KINDS:
+        events = benchflow.read_acp_events(path)
+        trace = benchflow.trace_from_acp_events(events, trace_id=_stem(path))
+        return [ImportedTrace(trace=trace, source=path, format="acp-jsonl")]
+    if first.get("type") in _CLAUDE_TYPES:
+        parsed = parse_claude_stream(text, origin=str(path))
+        trace = Trace(trace_id=_stem(path), agent="claude-code", prompt=first_text(parsed.steps, "user"),
+                      steps=parsed.steps, final_output=parsed.final_output,
+                      error_category="agent_error" if parsed.is_error else None, prompt_tokens=parsed.prompt_tokens,
+                      completion_tokens=parsed.completion_tokens, cost_usd=parsed.cost_usd)
+        return [ImportedTrace(trace=trace, source=path, format="claude-stream-json")]
+    raise _unknown(path, " (JSON lines of an unknown kind)")
+
+
+def _import_file(path: Path) -> list[ImportedTrace]:
+    data = read_bytes(path, "trace file")
+    text = decode_utf8(data, str(path))
+    if not text.strip():
+        raise InputError(f"{path}: empty file")
+    if path.suffix in (".jsonl", ".ndjson"):
+        return _from_lines(path, text)
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        if _first_object(text) is not None and len(json_lines(text.strip())) > 1:
+            return _from_lines(path, text)
+        if path.suffix == ".json":
+            parse_json(text, str(path))  # raises with line and column
+        raise _unknown(path, " (neither JSON nor JSON lines)") from None
+    return _from_json(path, parsed)
+
+
+def import_sources(paths: list[Path]) -> list[ImportedTrace]:
+    """Every trace found at `paths`, in order; duplicate trace ids are an error."""
+    imported: list[ImportedTrace] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            imported.extend(_import_folder(path))
+        elif path.exists():
+            imported.extend(_import_file(path))
+        else:
+            raise InputError(f"{path}: no such file or folder")
+    seen: dict[str, Path] = {}
+    for item in imported:
+        trace_id = item.trace.trace_id
+        if trace_id in seen:
+            raise InputError(f"{item.source}: duplicate trace id {trace_id!r} (also from {seen[trace_id]})")
+        seen[trace_id] = item.source
+    return imported
+
+
+def import_traces(paths: list[Path]) -> list[Trace]:
+    """The traces at `paths` (files or rollout folders), each format detected."""
+    return [item.trace for item in import_sources(paths)]
