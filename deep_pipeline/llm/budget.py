@@ -1,0 +1,72 @@
+"""A compile's caps on model calls and USD (SPEC §8), shared by every client of a compile."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from deep_pipeline.llm.client import CallRecord
+
+
+class BudgetExhausted(Exception):
+    """A call would exceed the compile's budget; it was not sent."""
+
+
+class Budget:
+    """Thread-safe budget. `reserve()` before sending a call, `add(record)` once it is done.
+
+    A reserved call counts against `max_calls` at once, so concurrent columns cannot
+    together overshoot the cap. Cost is only known afterwards; `reserve` takes the
+    caller's worst-case estimate (None when the model's price is unknown).
+    """
+
+    def __init__(
+        self,
+        max_calls: int | None = None,
+        max_usd: float | None = None,
+        calls_used: int = 0,
+        usd_used: float = 0.0,
+    ) -> None:
+        self.max_calls = max_calls
+        self.max_usd = max_usd
+        self.calls_used = calls_used
+        self.usd_used = usd_used
+        self._in_flight = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_calls_log(cls, calls_log: Path, max_calls: int | None, max_usd: float | None) -> "Budget":
+        """A budget that already counts the calls of an earlier (crashed) run of the compile."""
+        from deep_pipeline.llm.accounting import read_calls
+
+        records = read_calls(calls_log)
+        spent = sum(r.cost_usd or 0.0 for r in records)
+        return cls(max_calls=max_calls, max_usd=max_usd, calls_used=len(records), usd_used=spent)
+
+    def reserve(self, estimated_usd: float | None = None) -> None:
+        with self._lock:
+            if self.max_calls is not None and self.calls_used + self._in_flight + 1 > self.max_calls:
+                raise BudgetExhausted(f"call budget spent: {self.calls_used} of {self.max_calls} calls made")
+            if self.max_usd is not None:
+                next_total = self.usd_used + (estimated_usd or 0.0)
+                if self.usd_used >= self.max_usd or next_total > self.max_usd:
+                    raise BudgetExhausted(
+                        f"USD budget spent: ${self.usd_used:.4f} of ${self.max_usd:.4f} used"
+                        + (f", next call may cost up to ${estimated_usd:.4f}" if estimated_usd else "")
+                    )
+            self._in_flight += 1
+
+    def add(self, record: "CallRecord") -> None:
+        with self._lock:
+            self._in_flight = max(0, self._in_flight - 1)
+            self.calls_used += 1
+            self.usd_used += record.cost_usd or 0.0
+
+    @property
+    def exhausted(self) -> bool:
+        with self._lock:
+            calls_out = self.max_calls is not None and self.calls_used >= self.max_calls
+            usd_out = self.max_usd is not None and self.usd_used >= self.max_usd
+            return calls_out or usd_out

@@ -1,0 +1,100 @@
+"""The judge's column call: one dimension, every unit of a level (SPEC §5)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from deep_pipeline.core.config import Dimension
+from deep_pipeline.core.models import Cell, EvidenceRef, Trace, Unit
+from deep_pipeline.llm.client import CallRecord, ModelClient
+from deep_pipeline.llm.prompts import fill, profile, rubric_text
+from deep_pipeline.llm.render import mark_units, render_traces
+from deep_pipeline.llm.schemas import column_answer_model, column_cells
+
+
+class ColumnResult(BaseModel):
+    cells: list[Cell]
+    dropped_evidence: int
+    calls: list[CallRecord]
+    prompt_chars: int
+    shared_prefix_chars: int  # chars before the first per-dimension character: same in all columns
+
+    @property
+    def shared_prefix_fraction(self) -> float:
+        return self.shared_prefix_chars / self.prompt_chars if self.prompt_chars else 0.0
+
+
+def column_messages(
+    client: ModelClient, *, task_prompt: str, skill_text: str, units: list[Unit], dimension: Dimension, traces: list[Trace]
+) -> tuple[list[dict], int]:
+    """The messages and the length of their shared prefix.
+
+    Stable content (instructions, task, marked SKILL.md, traces) comes first and the
+    dimension last, so the columns of one matrix share a long prefix that provider
+    prompt caches and llama.cpp's slot cache reuse.
+    """
+    _, render = profile(client)
+    system = fill("judge_system")
+    context = fill("judge_context", task=task_prompt, skill=mark_units(skill_text, units), traces=render_traces(traces, render))
+    unit_ids = ", ".join(u.unit_id for u in units)
+    column = fill(
+        "judge_column",
+        dimension=dimension.name,
+        description=dimension.description,
+        rubric=rubric_text(dimension),
+        unit_ids=unit_ids,
+    )
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": context + column}]
+    return messages, len(system) + len(context)
+
+
+def score_column(
+    client: ModelClient,
+    *,
+    step_key: str,
+    task_prompt: str,
+    skill_text: str,
+    units: list[Unit],
+    dimension: Dimension,
+    traces: list[Trace],
+) -> ColumnResult:
+    limits, _ = profile(client)
+    messages, shared = column_messages(
+        client, task_prompt=task_prompt, skill_text=skill_text, units=units, dimension=dimension, traces=traces
+    )
+    answer_model = column_answer_model([u.unit_id for u in units], limits)
+    answer, calls = client.structured(step_key, messages, answer_model)
+    cells: list[Cell] = []
+    for unit_id, cell in column_cells(answer).items():
+        kept, dropped = checked_evidence(cell.evidence, traces)
+        cells.append(
+            Cell(
+                unit_id=unit_id,
+                dimension=dimension.name,
+                score=cell.score,
+                reason=cell.reason,
+                evidence=kept,
+                dropped_evidence=dropped,
+            )
+        )
+    return ColumnResult(
+        cells=cells,
+        dropped_evidence=sum(c.dropped_evidence for c in cells),
+        calls=calls,
+        prompt_chars=sum(len(m["content"]) for m in messages),
+        shared_prefix_chars=shared,
+    )
+
+
+def checked_evidence(items: list[BaseModel], traces: list[Trace], rename: dict[str, str] | None = None) -> tuple[list[EvidenceRef], int]:
+    """The model's evidence as EvidenceRefs, validated against `traces` (SPEC §3).
+
+    `rename` maps the labels the model saw back to trace ids (the comparator's blind labels).
+    """
+    from deep_pipeline.core.evidence import validate_evidence
+
+    refs = [
+        EvidenceRef(trace_id=(rename or {}).get(item.trace_id, item.trace_id), step=item.step, quote=item.quote)
+        for item in items
+    ]
+    return validate_evidence(refs, traces)

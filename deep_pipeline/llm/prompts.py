@@ -1,0 +1,55 @@
+"""Prompt templates (package files under `prompts/`) and the pieces they are filled with."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from string import Template
+
+from deep_pipeline.core.config import Dimension
+from deep_pipeline.core.models import EvidenceRef, Rejection, Unit
+from deep_pipeline.core.units import heading_line
+from deep_pipeline.llm.render import COMPACT_RENDER, DEFAULT_RENDER, RenderLimits
+from deep_pipeline.llm.schemas import COMPACT_LIMITS, DEFAULT_LIMITS, AnswerLimits
+
+
+@lru_cache(maxsize=None)
+def _template(name: str) -> Template:
+    text = resources.files("deep_pipeline.llm").joinpath("prompts", f"{name}.md").read_text(encoding="utf-8")
+    return Template(text)
+
+
+def fill(name: str, **values: object) -> str:
+    """The template `prompts/<name>.md` with every `$placeholder` filled (a missing one is a bug)."""
+    return _template(name).substitute({key: str(value) for key, value in values.items()})
+
+
+def rubric_text(dimension: Dimension) -> str:
+    return "\n".join(f"{score}: {dimension.rubric[score]}" for score in sorted(dimension.rubric))
+
+
+def evidence_text(evidence: list[EvidenceRef]) -> str:
+    if not evidence:
+        return "(none)"
+    return "\n".join(f'- [{e.trace_id} step {e.step}] "{e.quote}"' for e in evidence)
+
+
+def feedback_text(rejections: list[Rejection], failed_checks: list[str]) -> str:
+    lines = [
+        f"- Rejected edit ({r.score_change}; {r.reason}): {r.edit_summary or '(no summary)'}" for r in rejections
+    ]
+    lines += [f"- Your last text failed a check: {check}" for check in failed_checks]
+    return "\n".join(lines) if lines else "(none: this is the first attempt)"
+
+
+def split_heading(unit: Unit) -> tuple[str, str]:
+    """(heading line(s), body) of a section; ("", text) for the preamble and paragraphs."""
+    head = heading_line(unit)
+    return head, unit.text[len(head) :]
+
+
+def profile(client) -> tuple[AnswerLimits, RenderLimits]:
+    """Answer and rendering bounds for a client: compact for the local model's 8k context."""
+    if getattr(client, "is_local", False):
+        return COMPACT_LIMITS, COMPACT_RENDER
+    return DEFAULT_LIMITS, DEFAULT_RENDER

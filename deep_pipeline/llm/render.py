@@ -1,0 +1,91 @@
+"""How the judge and editor see traces and SKILL.md (SPEC §3).
+
+Each trace step is one block `[<trace_id> step <n>] <source>: <text>`; long texts are
+shortened in the middle with a visible `…[+N chars]…` marker so a quote from the
+kept head or tail still validates against the step's full text.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from deep_pipeline.core.models import Trace, TraceStep, Unit
+
+
+class RenderLimits(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    step_chars: int = 1500  # per step text
+    trace_chars: int = 30_000  # per trace; middle steps are elided beyond it
+    tool_args_chars: int = 300
+
+
+DEFAULT_RENDER = RenderLimits()
+COMPACT_RENDER = RenderLimits(step_chars=400, trace_chars=3000, tool_args_chars=120)
+
+
+def shorten(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = max(1, limit * 2 // 3)
+    tail = max(1, limit - head)
+    return f"{text[:head]}…[+{len(text) - head - tail} chars]…{text[-tail:]}"
+
+
+def render_step(trace_id: str, step: TraceStep, limits: RenderLimits = DEFAULT_RENDER) -> str:
+    line = f"[{trace_id} step {step.step}] {step.source}: {shorten(step.text, limits.step_chars)}"
+    for call in step.tool_calls:
+        line += f"\n    -> tool call {call.name}({shorten(call.arguments, limits.tool_args_chars)})"
+    return line
+
+
+def render_trace(trace: Trace, limits: RenderLimits = DEFAULT_RENDER, label: str | None = None) -> str:
+    """One trace; `label` replaces the trace id (the comparator hides which batch it is)."""
+    name = label or trace.trace_id
+    status = "timed out" if trace.timed_out else (trace.error_category or "finished")
+    lines = [render_step(name, step, limits) for step in trace.steps]
+    lines = _elide_middle(name, lines, limits.trace_chars)
+    final = shorten(trace.final_output, limits.step_chars) if trace.final_output else "(none)"
+    header = f"=== trace {name}: {len(trace.steps)} steps, {status} ==="
+    return "\n".join([header, *lines, f"[{name} final output] {final}"])
+
+
+def render_traces(traces: list[Trace], limits: RenderLimits = DEFAULT_RENDER, labels: dict[str, str] | None = None) -> str:
+    if not traces:
+        return "(no traces)"
+    return "\n\n".join(render_trace(t, limits, (labels or {}).get(t.trace_id)) for t in traces)
+
+
+def _elide_middle(name: str, lines: list[str], budget: int) -> list[str]:
+    """Keep the first and last steps (setup and outcome matter most) within `budget`."""
+    if sum(len(line) + 1 for line in lines) <= budget:
+        return lines
+    head = _take_within(lines, budget // 2)
+    tail = _take_within(lines[len(head) :][::-1], budget // 2)[::-1]
+    omitted = len(lines) - len(head) - len(tail)
+    return head + [f"[{name}: {omitted} steps omitted]"] + tail
+
+
+def _take_within(lines: list[str], budget: int) -> list[str]:
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        used += len(line) + 1
+        if used > budget:
+            break
+        kept.append(line)
+    return kept
+
+
+def mark_units(skill_text: str, units: list[Unit]) -> str:
+    """SKILL.md with `<<unit id>>` … `<</unit>>` around each unit (offsets from the units)."""
+    out: list[str] = []
+    position = 0
+    for unit in sorted(units, key=lambda u: u.start):
+        out.append(skill_text[position : unit.start])
+        body = skill_text[unit.start : unit.end]
+        newline = "" if body.endswith(("\n", "\r")) else "\n"
+        out.append(f"<<unit {unit.unit_id}>>\n{body}{newline}<</unit>>\n")
+        position = unit.end
+    out.append(skill_text[position:])
+    return "".join(out)
