@@ -193,3 +193,14 @@ def test_prepared_skill_text_is_what_apply_edit_gives():
     check = prepare_edit(SKILL, units, "s00-demo", "Intro, better.")
     assert check.ok
     assert check.skill_text == apply_edit(SKILL, units, "s00-demo", check.unit_text)[0]
+
+
+def test_an_unchanged_unit_is_refused_before_any_rollout():
+    from deep_pipeline.core.edits import prepare_edit
+    from deep_pipeline.core.units import cut_sections, unit_body
+
+    text = "# T\n\n## A\nBody one.\n\n## B\nBody two.\n"
+    units = cut_sections(text)
+    target = units[1]
+    check = prepare_edit(text, units, target.unit_id, unit_body(target))
+    assert not check.ok and "identical" in check.reason

@@ -72,13 +72,13 @@ def test_crlf_gives_the_same_units(path):
 
 @pytest.mark.parametrize("path", SKILLS, ids=[p.parent.name for p in SKILLS])
 def test_an_editor_returning_each_body_unchanged_changes_nothing(path, ending):
-    # The editor sends LF text even for a CRLF file; nothing may drift byte-wise.
+    # The editor sends LF text even for a CRLF file; nothing may drift byte-wise, so the
+    # completed text is exactly the unit again, which the validator refuses as unchanged.
     text = read(path, ending)
     sections = cut_sections(text)
     for section in sections:
         check = prepare_edit(text, sections, section.unit_id, unit_body(section).replace("\r\n", "\n"))
-        assert check.ok, (section.unit_id, check.reason)
-        assert check.skill_text == text
+        assert not check.ok and "identical" in check.reason, (section.unit_id, check.reason)
 
 
 def by_name(name: str) -> str:

@@ -174,6 +174,9 @@ def prepare_edit(skill_text: str, units: list[Unit], unit_id: str, new_text: str
     unit_text = _new_unit_text(unit, skill_text, new_text)
     if unit_text is None:
         return EditCheck(ok=False, reason="the new text is empty; write the full new text of the unit")
+    if unit_text == unit.text:
+        # An unchanged unit cannot improve its cell: refuse it before it costs rollouts.
+        return EditCheck(ok=False, reason="the new text is identical to the current unit; change what the verdict asks for")
     new_skill, _ = apply_edit(skill_text, units, unit_id, unit_text)
     problem = _structure_problem(skill_text, new_skill)
     return EditCheck(ok=problem is None, reason=problem, unit_text=unit_text, skill_text=new_skill)
