@@ -118,3 +118,15 @@ def test_definitions_load():
     dg.Definitions.validate_loadable(defs)
     for job in ("prepare_inputs", "score_matrix", "run_iteration", "finalize", "start_compile", "compile", "start_batch"):
         assert defs.resolve_job_def(job) is not None
+
+
+@pytest.mark.parametrize("max_calls", [3, 6])
+def test_budget_ends_the_compile_cleanly(max_calls, env, scripted_llm):
+    # 3 calls: the first matrix stops part-way; 6: the matrix is done, the iteration stops.
+    world = World(low={("s02-steps", "clarity"): 2})
+    report = plain(env, world, scripted_llm, max_calls=max_calls)
+    assert report.status == "budget_exhausted"
+    assert report.usage_total.calls == max_calls
+    assert (env / "plain-store" / report.compile_key / "final" / "skill" / "SKILL.md").is_file()
+    if max_calls == 6:
+        assert [d.reason for d in report.decisions] == ["budget_exhausted"]

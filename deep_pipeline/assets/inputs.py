@@ -19,6 +19,9 @@ from deep_pipeline.resources import CompileStoreResource
 def input_traces(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
     ctx = store.context(context.partition_key)
     batch = input_step(ctx)
+    if batch is None:
+        return dg.MaterializeResult(metadata={"compile": dg.MetadataValue.text(ctx.cdir.key), "budget_exhausted": True,
+                                              **file_ref(ctx.cdir.budget_stop_path)})
     traces = ctx.cdir.traces(batch.batch)
     return dg.MaterializeResult(
         metadata={

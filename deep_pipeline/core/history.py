@@ -63,6 +63,7 @@ class History(BaseModel):
     events: list[ScoreMatrix | Decision] = Field(default_factory=list)
     calls: int = 0  # model calls so far (cache hits excluded)
     usd: float = 0.0
+    budget_stop: bool = False  # a step outside any matrix or iteration stopped at the budget
     finalized: bool = False
 
 
@@ -283,6 +284,8 @@ def budget_reached(history: History, config: CompileConfig) -> bool:
     if config.max_usd is not None and history.usd >= config.max_usd:
         return True
     # A matrix or an iteration cut short by the budget records it; nothing may follow.
+    if history.budget_stop:
+        return True
     return any(isinstance(e, ScoreMatrix) and e.budget_exhausted for e in history.events) or any(
         isinstance(e, Decision) and e.reason == BUDGET_EXHAUSTED for e in history.events
     )

@@ -53,6 +53,11 @@ class CompileDir:
         return self.path / "report.json"
 
     @property
+    def budget_stop_path(self) -> Path:
+        """Written when the input rollouts stop at the budget: the compile then finalizes."""
+        return self.path / "budget_exhausted.json"
+
+    @property
     def lock_path(self) -> Path:
         return self.path / "lock"
 
@@ -143,6 +148,7 @@ class CompileDir:
             events=[event for _, event in events],
             calls=usage.calls,
             usd=usage.cost_usd or 0.0,
+            budget_stop=self.budget_stop_path.is_file(),
             finalized=self.report_path.is_file(),
         )
 

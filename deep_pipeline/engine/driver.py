@@ -23,7 +23,7 @@ def execute(ctx: StepContext, action) -> str:
     """Run the step an action names; return a one-line summary for progress output."""
     if isinstance(action, PrepareInputs):
         batch = input_step(ctx)
-        return f"input traces: {len(batch.trace_ids)} ({batch.source})"
+        return f"input traces: {len(batch.trace_ids)} ({batch.source})" if batch else "input rollouts stopped at the budget"
     if isinstance(action, ScoreLevel):
         record = run_matrix(ctx, action.level, action.index)
         low = sum(c.score < 4 for c in record.matrix.cells)

@@ -43,7 +43,8 @@ def usable_bundle_traces(record: CompileRecord, traces: list[Trace]) -> bool:
     return True
 
 
-def input_step(ctx: StepContext) -> TraceBatchRecord:
+def input_step(ctx: StepContext) -> TraceBatchRecord | None:
+    """The incumbent's traces; None when the budget ran out first (the compile then finalizes)."""
     from deep_pipeline.rollouts.base import RolloutTask
 
     cdir = ctx.cdir
@@ -56,11 +57,17 @@ def input_step(ctx: StepContext) -> TraceBatchRecord:
         batch = TraceBatchRecord(batch=INPUT_BATCH, trace_ids=[t.trace_id for t in traces], skill_sha256=record.skill_sha256,
                                  source="bundle", note="the bundle's traces match this agent, model and SKILL.md")
     else:
+        from deep_pipeline.llm.budget import BudgetExhausted
+
         task = RolloutTask(prompt=record.task_prompt, task_dir=record.task_dir, skill_name=record.skill_name)
-        traces = ctx.services.runner.run_batch(
-            package_dir=cdir.input_skill, skill_sha256=record.skill_sha256, task=task, batch=INPUT_BATCH,
-            n=record.config.rollouts, archive_dir=cdir.raw_dir(INPUT_BATCH),
-        )
+        try:
+            traces = ctx.services.runner.run_batch(
+                package_dir=cdir.input_skill, skill_sha256=record.skill_sha256, task=task, batch=INPUT_BATCH,
+                n=record.config.rollouts, archive_dir=cdir.raw_dir(INPUT_BATCH),
+            )
+        except BudgetExhausted as exc:
+            atomic_write_json(cdir.budget_stop_path, {"step": "input_traces", "reason": str(exc)})
+            return None
         note = f"{len(bundle.traces)} bundle trace(s) kept in input/bundle.json for the record" if bundle.traces else ""
         batch = TraceBatchRecord(batch=INPUT_BATCH, trace_ids=[t.trace_id for t in traces], skill_sha256=record.skill_sha256,
                                  source="rollout", note=note)

@@ -157,11 +157,18 @@ def rollouts_step(it: Iteration, candidate: CandidateRecord) -> RolloutsRecord:
         record = RolloutsRecord(skipped=candidate.skipped)
     else:
         if not ctx.cdir.has_batch(it.batch):
+            from deep_pipeline.llm.budget import BudgetExhausted
+
             task = RolloutTask(prompt=ctx.record.task_prompt, task_dir=ctx.record.task_dir, skill_name=ctx.record.skill_name)
-            traces = ctx.services.runner.run_batch(
-                package_dir=it.path("candidate"), skill_sha256=candidate.skill_sha256, task=task,
-                batch=it.batch, n=ctx.config.rollouts, archive_dir=ctx.cdir.raw_dir(it.batch),
-            )
+            try:
+                traces = ctx.services.runner.run_batch(
+                    package_dir=it.path("candidate"), skill_sha256=candidate.skill_sha256, task=task,
+                    batch=it.batch, n=ctx.config.rollouts, archive_dir=ctx.cdir.raw_dir(it.batch),
+                )
+            except BudgetExhausted:
+                record = RolloutsRecord(skipped="budget_exhausted")
+                atomic_write_json(it.path("rollouts.json"), record)
+                return record
             ctx.cdir.write_batch(
                 TraceBatchRecord(batch=it.batch, trace_ids=[t.trace_id for t in traces], skill_sha256=candidate.skill_sha256, source="rollout"),
                 traces,
