@@ -141,7 +141,11 @@ class ScriptedLLM(CustomLLM):
             self._queues.clear()
             self._fallback.clear()
 
-    def completion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose, encoding, api_key, logging_obj, optional_params, acompletion=None, litellm_params=None, logger_fn=None, headers={}, timeout=None, client=None):  # noqa: B006, E501 - litellm's signature
+    def completion(  # litellm's CustomLLM signature
+        self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose, encoding, api_key,
+        logging_obj, optional_params, acompletion=None, litellm_params=None, logger_fn=None, headers=None,
+        timeout=None, client=None,
+    ):
         request = ScriptedRequest(model=model, messages=[dict(m) for m in messages], params=dict(optional_params))
         with self._lock:
             self.requests.append(request)

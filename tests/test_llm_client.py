@@ -36,6 +36,7 @@ def test_valid_answer_is_parsed_and_response_format_reaches_the_provider(tmp_pat
     assert answer == Verdict(reason="clear", score=4)
     [request] = scripted_llm.requests_for("judge")
     assert request.response_format["type"] == "json_schema"
+    assert request.response_format["json_schema"]["strict"] is False  # strict only for the local grammar
     assert request.schema["properties"]["score"] == {"maximum": 5, "minimum": 1, "title": "Score", "type": "integer"}
     assert request.params["temperature"] == 0.0 and request.params["max_tokens"] == 1024
     assert [(c.attempt, c.cache_hit, c.error) for c in calls] == [(1, False, None)]
@@ -51,6 +52,13 @@ def test_invalid_answer_is_retried_with_the_problem_fed_back(tmp_path, scripted_
     assert "Invalid JSON" in second.last_user
     assert second.messages[-2] == {"role": "assistant", "content": "not json at all"}
     assert "score: Input should be less than or equal to 5" in third.last_user
+
+
+def test_a_cut_off_answer_says_so_in_the_feedback(tmp_path, scripted_llm):
+    scripted_llm.script("judge", '{"reason": "a very long reas', {"reason": "ok", "score": 3})
+    short = ModelClient(ModelSettings(model="scripted/judge", max_tokens=5), "judge")
+    short.structured("k", MESSAGES, Verdict)
+    assert "cut off at max_tokens=5" in scripted_llm.requests_for("judge")[1].last_user
 
 
 def test_always_invalid_fails_naming_the_call(tmp_path, scripted_llm):

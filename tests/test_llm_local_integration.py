@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -107,6 +109,33 @@ def test_concurrent_first_use_starts_one_server(home):
     for thread in threads:
         thread.join()
     assert len(set(pids)) == 1
+
+
+def test_another_process_reuses_the_server_and_leaves_it_running(home):
+    server = local_model.ensure_local_server(home)
+    code = "import sys; from deep_pipeline.llm.local_model import ensure_local_server; print(ensure_local_server(sys.argv[1]).pid)"
+    other = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True, text=True, timeout=60, check=True)
+    assert int(other.stdout) == server.pid
+    assert local_model._alive(server) and local_model._answers(server)  # its exit did not stop it
+
+
+def test_the_process_that_started_the_server_stops_it_at_exit(tmp_path):
+    code = "import sys; from deep_pipeline.llm.local_model import ensure_local_server; print(ensure_local_server(sys.argv[1]).pid)"
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120, check=True)
+    pid = int(done.stdout)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _exists(pid):
+        time.sleep(0.2)
+    assert not _exists(pid)
+    assert not (tmp_path / "local_model" / "server.json").exists()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"  # a zombie has exited
+    except OSError:
+        return False
 
 
 def test_a_prompt_too_long_is_refused_before_sending(home, tmp_path):

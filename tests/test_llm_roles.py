@@ -6,8 +6,9 @@ import pytest
 
 from deep_pipeline.core.config import DEFAULT_DIMENSIONS
 from deep_pipeline.core.models import Cell, EvidenceRef, Rejection, Trace, TraceStep
-from deep_pipeline.core.units import cut_sections
+from deep_pipeline.core.units import cut_paragraphs, cut_sections
 from deep_pipeline.errors import StepError
+from deep_pipeline.llm.budget import Budget, BudgetExhausted
 from deep_pipeline.llm.client import ModelClient, ModelSettings
 from deep_pipeline.llm.comparator import compare_cell
 from deep_pipeline.llm.editor import propose_edit
@@ -117,6 +118,18 @@ def test_a_column_that_stays_wrong_fails_naming_the_ids(scripted_llm, units):
     assert "'c/m00/clarity'" in str(failure.value) and f"{units[1].unit_id}: Field required" in str(failure.value)
 
 
+def test_a_rerun_column_is_answered_from_the_cache_and_a_spent_budget_sends_nothing(scripted_llm, units, tmp_path):
+    scripted_llm.always("judge", lambda request: request.answer())
+    column = dict(step_key="c/m00/coverage", task_prompt=TASK, skill_text=SKILL, units=units, dimension=CORRECTNESS, traces=TRACES)
+    first = score_column(judge(cache_dir=tmp_path), **column)
+    budget = Budget(max_calls=1, calls_used=1)  # spent: only cached answers can still come back
+    again = score_column(judge(cache_dir=tmp_path, budget=budget), **column)
+    assert again.cells == first.cells and [c.cache_hit for c in again.calls] == [True]
+    with pytest.raises(BudgetExhausted):
+        score_column(judge(cache_dir=tmp_path, budget=budget), **{**column, "step_key": "c/m01/coverage"})
+    assert len(scripted_llm.requests) == 1
+
+
 # -- editor ----------------------------------------------------------------------------
 
 
@@ -156,6 +169,20 @@ def test_editor_blank_text_is_retried(scripted_llm, units):
         skill_text=SKILL, unit=units[2], cell=cell, dimension=CORRECTNESS, rejections=[], failed_checks=[],
     )
     assert edit.new_text == "Better text.\n" and len(calls) == 2
+
+
+def test_a_paragraph_is_rewritten_whole(scripted_llm, units):
+    paragraph = cut_paragraphs(SKILL, units[2])[0]
+    scripted_llm.script("editor", lambda r: r.answer(new_text="1. Load data.csv with pandas.read_csv.\n"))
+    cell = Cell(unit_id=paragraph.unit_id, dimension="correctness", score=2)
+    edit, _ = propose_edit(
+        ModelClient(ModelSettings(model="scripted/editor"), "editor"), step_key="k", task_prompt=TASK,
+        skill_text=SKILL, unit=paragraph, cell=cell, dimension=CORRECTNESS, rejections=[], failed_checks=[],
+    )
+    prompt = scripted_llm.requests_for("editor")[0].last_user
+    assert "<<current text>>\n1. Load the file with pandas.\n2. Print the column means.\n" in prompt
+    assert "This paragraph has no heading line of its own." in prompt and "(none: this is the first attempt)" in prompt
+    assert edit.unit_id == paragraph.unit_id == "s02-steps-p00"
 
 
 # -- comparator ------------------------------------------------------------------------

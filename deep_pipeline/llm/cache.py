@@ -17,6 +17,7 @@ from deep_pipeline.store import atomic_write_json, sha256_text
 def cache_key(
     *,
     step_key: str,
+    role: str,
     attempt: int,
     model: str,
     messages: list[dict],
@@ -25,6 +26,7 @@ def cache_key(
 ) -> str:
     payload = {
         "step_key": step_key,
+        "role": role,
         "attempt": attempt,
         "model": model,
         "messages": messages,

@@ -32,7 +32,14 @@ M = TypeVar("M", bound=BaseModel)
 Role = Literal["judge", "editor", "agent"]
 LOCAL_MODEL = "local"
 DEFAULT_PARALLEL = 3
-_TRANSIENT = ("RateLimitError", "Timeout", "APIConnectionError", "InternalServerError", "ServiceUnavailableError", "BadGatewayError")
+_TRANSIENT = (  # litellm exception classes worth resending unchanged
+    "RateLimitError",
+    "Timeout",
+    "APIConnectionError",
+    "InternalServerError",
+    "ServiceUnavailableError",
+    "BadGatewayError",
+)
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
 
@@ -140,6 +147,8 @@ class ModelClient:
             answer, problem = _parse(text, response_model, check)
             if answer is not None:
                 return answer, records
+            if (record.completion_tokens or 0) >= self.settings.max_tokens:
+                problem += f" (the answer was cut off at max_tokens={self.settings.max_tokens}: write less)"
             history = history + [
                 {"role": "assistant", "content": text[:4000]},
                 {"role": "user", "content": fill("retry", problem=problem)},
@@ -152,9 +161,12 @@ class ModelClient:
 
     # -- one call: cache, then the network ----------------------------------------
 
-    def _call(self, step_key: str, attempt: int, messages: list[dict], answer_format: dict | None) -> tuple[str, CallRecord]:
+    def _call(
+        self, step_key: str, attempt: int, messages: list[dict], answer_format: dict | None
+    ) -> tuple[str, CallRecord]:
         key = cache_key(
             step_key=step_key,
+            role=self.role,
             attempt=attempt,
             model=self.settings.model,
             messages=messages,
@@ -172,7 +184,9 @@ class ModelClient:
             self._cache.put(key, {"step_key": step_key, "role": self.role, "text": text, "record": record.model_dump()})
         return text, record
 
-    def _send_with_retries(self, step_key: str, attempt: int, messages: list[dict], answer_format: dict | None) -> tuple[str, CallRecord]:
+    def _send_with_retries(
+        self, step_key: str, attempt: int, messages: list[dict], answer_format: dict | None
+    ) -> tuple[str, CallRecord]:
         for resend in range(self.retries + 1):
             try:
                 return self._send_once(step_key, attempt, messages, answer_format)
@@ -183,39 +197,23 @@ class ModelClient:
                     time.sleep(self.backoff_s * (2**resend) * random.uniform(0.5, 1.0))
         raise StepError(f"{self.describe(step_key)} failed {self.retries + 1} times: {failure}")
 
-    def _send_once(self, step_key: str, attempt: int, messages: list[dict], answer_format: dict | None) -> tuple[str, CallRecord]:
+    def _send_once(
+        self, step_key: str, attempt: int, messages: list[dict], answer_format: dict | None
+    ) -> tuple[str, CallRecord]:
         litellm = load_litellm()
         model, api_base, api_key = self._target(messages)
         if self.budget is not None:
             estimate = self._estimate_usd(litellm, model, messages) if self.budget.max_usd is not None else None
             self.budget.reserve(estimate)  # raises BudgetExhausted before anything is sent
-        response, error, latency = None, None, 0.0
-        try:
-            with self._limiter:
-                started = time.monotonic()
-                try:
-                    response = litellm.completion(
-                        model=model,
-                        messages=messages,
-                        api_base=api_base,
-                        api_key=api_key,
-                        temperature=self.settings.temperature,
-                        max_tokens=self.settings.max_tokens,
-                        timeout=self.settings.timeout_s,
-                        num_retries=0,  # retries are ours: counted, logged and budgeted
-                        **({"response_format": answer_format} if answer_format else {}),
-                    )
-                except Exception as exc:  # noqa: BLE001 - classified right below
-                    error = exc
-                latency = time.monotonic() - started
-        finally:
-            record = self._record(step_key, attempt, response, error, latency, litellm, model)
-            if self.budget is not None:
-                self.budget.add(record)
-            if self.calls_log is not None:
-                from deep_pipeline.llm.accounting import append_call
+        with self._limiter:  # the compile's cap on calls in flight; the wait is not latency
+            response, error, latency = self._completion(litellm, model, api_base, api_key, messages, answer_format)
+        record = self._record(step_key, attempt, response, error, latency, litellm, model)
+        if self.budget is not None:
+            self.budget.add(record)
+        if self.calls_log is not None:
+            from deep_pipeline.llm.accounting import append_call
 
-                append_call(self.calls_log, record)
+            append_call(self.calls_log, record)
         if error is not None:
             transient = tuple(getattr(litellm, name) for name in _TRANSIENT)
             if isinstance(error, transient):
@@ -227,6 +225,25 @@ class ModelClient:
             raise StepError(f"{self.describe(step_key)} failed: {record.error}")
         text = response.choices[0].message.content or ""
         return text, record
+
+    def _completion(self, litellm, model, api_base, api_key, messages, answer_format):
+        """(response, error, latency): every failure is returned, to be logged and classified."""
+        started = time.monotonic()
+        try:
+            response = litellm.completion(
+                model=model,
+                messages=messages,
+                api_base=api_base,
+                api_key=api_key,
+                temperature=self.settings.temperature,
+                max_tokens=self.settings.max_tokens,
+                timeout=self.settings.timeout_s,
+                num_retries=0,  # retries are ours: counted, logged and budgeted
+                **({"response_format": answer_format} if answer_format else {}),
+            )
+        except Exception as exc:  # noqa: BLE001 - classified by the caller
+            return None, exc, time.monotonic() - started
+        return response, None, time.monotonic() - started
 
     def _target(self, messages: list[dict]) -> tuple[str, str | None, str | None]:
         """(litellm model string, api_base, api_key); keys otherwise come from the environment."""

@@ -67,7 +67,10 @@ def propose_edit(
     """LocalEdit.new_text is the BODY of a headed section, the whole text otherwise."""
     limits, _ = profile(client)
     _, body = split_heading(unit)
-    max_chars = min(MAX_EDIT_CHARS, max(1500, 2 * len(body) + 500))
+    # Room to grow, but no more than the answer budget can hold (~3 chars a token, minus
+    # the JSON around it): a bound the model cannot reach only yields cut-off JSON.
+    answer_room = max(200, (client.settings.max_tokens - 100) * 3)
+    max_chars = min(MAX_EDIT_CHARS, max(1500, 2 * len(body) + 500), answer_room)
     answer_model = edit_answer_model(unit.unit_id, dimension.name, max_chars, limits)
     messages = edit_messages(
         task_prompt=task_prompt,

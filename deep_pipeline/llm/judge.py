@@ -25,7 +25,13 @@ class ColumnResult(BaseModel):
 
 
 def column_messages(
-    client: ModelClient, *, task_prompt: str, skill_text: str, units: list[Unit], dimension: Dimension, traces: list[Trace]
+    client: ModelClient,
+    *,
+    task_prompt: str,
+    skill_text: str,
+    units: list[Unit],
+    dimension: Dimension,
+    traces: list[Trace],
 ) -> tuple[list[dict], int]:
     """The messages and the length of their shared prefix.
 
@@ -35,7 +41,9 @@ def column_messages(
     """
     _, render = profile(client)
     system = fill("judge_system")
-    context = fill("judge_context", task=task_prompt, skill=mark_units(skill_text, units), traces=render_traces(traces, render))
+    context = fill(
+        "judge_context", task=task_prompt, skill=mark_units(skill_text, units), traces=render_traces(traces, render)
+    )
     unit_ids = ", ".join(u.unit_id for u in units)
     column = fill(
         "judge_column",
@@ -86,7 +94,9 @@ def score_column(
     )
 
 
-def checked_evidence(items: list[BaseModel], traces: list[Trace], rename: dict[str, str] | None = None) -> tuple[list[EvidenceRef], int]:
+def checked_evidence(
+    items: list[BaseModel], traces: list[Trace], rename: dict[str, str] | None = None
+) -> tuple[list[EvidenceRef], int]:
     """The model's evidence as EvidenceRefs, validated against `traces` (SPEC §3).
 
     `rename` maps the labels the model saw back to trace ids (the comparator's blind labels).

@@ -104,11 +104,16 @@ def stop_local_server(home: Path | None = None) -> bool:
     home = Path(home or default_home()).resolve()
     folder = home / "local_model"
     with _lock, _file_lock(folder / "server.lock"):
-        server = _read_state(folder / "server.json")
         _known.pop(home, None)
+        server = _read_state(folder / "server.json")
         if server is None:
             return False
-        _stop(server.pid, folder)
+        process = _started.pop(server.pid, None)
+        if process is not None:
+            _terminate(process)
+        elif _alive(server) and _answers(server):
+            os.kill(server.pid, signal.SIGTERM)  # only a pid that answers as our server
+        (folder / "server.json").unlink(missing_ok=True)
         return True
 
 
@@ -134,9 +139,16 @@ def _start(folder: Path) -> LocalServer:
     model = gguf_path()
     port = _free_port()
     log = open(folder / "server.log", "ab")
-    command = [sys.executable, "-m", "deep_pipeline.llm.local_server", "--model", str(model), "--port", str(port), "--alias", ALIAS, "--ctx", str(N_CTX)]
+    command = [sys.executable, "-m", "deep_pipeline.llm.local_server", "--model", str(model)]
+    command += ["--port", str(port), "--alias", ALIAS, "--ctx", str(N_CTX)]
+    # A session of its own: the server outlives the run (and a Ctrl-C) of the process that started it.
     process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=_server_env(), start_new_session=True
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=_server_env(),
+        start_new_session=True,
     )
     log.close()
     server = LocalServer(api_base=f"http://127.0.0.1:{port}/v1", alias=ALIAS, port=port, pid=process.pid)
@@ -149,22 +161,20 @@ def _start(folder: Path) -> LocalServer:
     atomic_write_json(folder / "server.json", server)
     _started[process.pid] = process
     if os.environ.get(KEEP_ENV) != "1":
-        atexit.register(_stop, process.pid, folder)
+        atexit.register(_stop_at_exit, process.pid, folder)
     return server
 
 
-def _stop(pid: int, folder: Path) -> None:
+def _stop_at_exit(pid: int, folder: Path) -> None:
+    """Stop a server this process started, unless it was already stopped."""
     process = _started.pop(pid, None)
-    if process is not None:
-        _terminate(process)
-    else:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
-    state = _read_state(folder / "server.json")
-    if state is not None and state.pid == pid:
-        (folder / "server.json").unlink(missing_ok=True)
+    if process is None:
+        return
+    _terminate(process)
+    with _file_lock(folder / "server.lock"):
+        state = _read_state(folder / "server.json")
+        if state is not None and state.pid == pid:
+            (folder / "server.json").unlink(missing_ok=True)
 
 
 def _terminate(process: subprocess.Popen) -> None:

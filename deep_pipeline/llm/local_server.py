@@ -12,13 +12,24 @@ import signal
 import threading
 
 
+def default_threads() -> int:
+    """Half the cores (1 on a 2-core machine), or DEEP_PIPELINE_LOCAL_THREADS.
+
+    Measured here on 2 busy cores: 1 thread kept 49-57 tokens/s while 2 threads fell
+    to 15-35 (llama.cpp's threads wait on each other when one is descheduled), and the
+    other core stays free for Dagster and the agent.
+    """
+    configured = os.environ.get("DEEP_PIPELINE_LOCAL_THREADS")
+    return int(configured) if configured else max(1, (os.cpu_count() or 2) // 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Serve a GGUF model with xllamacpp on 127.0.0.1")
     parser.add_argument("--model", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--alias", required=True)
     parser.add_argument("--ctx", type=int, default=8192)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--threads", type=int, default=default_threads())
     args = parser.parse_args(argv)
 
     import xllamacpp

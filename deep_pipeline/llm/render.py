@@ -50,7 +50,9 @@ def render_trace(trace: Trace, limits: RenderLimits = DEFAULT_RENDER, label: str
     return "\n".join([header, *lines, f"[{name} final output] {final}"])
 
 
-def render_traces(traces: list[Trace], limits: RenderLimits = DEFAULT_RENDER, labels: dict[str, str] | None = None) -> str:
+def render_traces(
+    traces: list[Trace], limits: RenderLimits = DEFAULT_RENDER, labels: dict[str, str] | None = None
+) -> str:
     if not traces:
         return "(no traces)"
     return "\n\n".join(render_trace(t, limits, (labels or {}).get(t.trace_id)) for t in traces)

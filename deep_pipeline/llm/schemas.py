@@ -72,7 +72,9 @@ def column_cells(answer: BaseModel) -> dict[str, BaseModel]:
     return {unit_id: getattr(answer, f"u{i}") for i, unit_id in enumerate(unit_ids)}
 
 
-def edit_answer_model(unit_id: str, dimension: str, max_chars: int, limits: AnswerLimits = DEFAULT_LIMITS) -> type[BaseModel]:
+def edit_answer_model(
+    unit_id: str, dimension: str, max_chars: int, limits: AnswerLimits = DEFAULT_LIMITS
+) -> type[BaseModel]:
     """SPEC §6.1: {unit_id, dimension, new_text, edit_summary}; the ids are constants."""
     return create_model(
         "EditAnswer",
