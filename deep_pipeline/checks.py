@@ -10,36 +10,27 @@ from deep_pipeline.core.units import front_matter_end, section_outline
 from deep_pipeline.engine.records import CandidateRecord, EditRecord, Report
 from deep_pipeline.partitions import compiles_partitions, iterations_partitions
 from deep_pipeline.resources import CompileStoreResource
-from deep_pipeline.store import package_files, read_model
+from deep_pipeline.store import package_files, read_model, sha256_text
 
 
 @dg.asset_check(asset=candidate_package, partitions_def=iterations_partitions, description="The candidate keeps the section list and the front matter.")
 def candidate_keeps_structure(context: dg.AssetCheckExecutionContext, store: CompileStoreResource) -> dg.AssetCheckResult:
     compile_key, level, _, index = parse_key(context.partition_key)
-    ctx = store.context(compile_key)
-    folder = ctx.cdir.iteration_dir(level, index)
+    folder = store.context(compile_key).cdir.iteration_dir(level, index)
     record = read_model(folder / "candidate.json", CandidateRecord)
     if record.skipped:
         return dg.AssetCheckResult(passed=True, metadata={"skipped": record.skipped})
     edit = read_model(folder / "edit.json", EditRecord)
-    base = ctx.cdir.skill_text() if edit.base_skill_sha256 == ctx.record.skill_sha256 else None
     new = (folder / "candidate" / "SKILL.md").read_bytes().decode("utf-8")
-    base = base if base is not None else _base_text(ctx, edit)
+    # The SKILL.md the edit was made on: the candidate with the unit's old text put back.
+    start = edit.unit.start
+    base = new[:start] + edit.unit_text_before + new[start + len(edit.unit_text_after) :]
     same_outline = section_outline(new) == section_outline(base)
     same_front = new[: front_matter_end(new)] == base[: front_matter_end(base)]
-    return dg.AssetCheckResult(passed=same_outline and same_front, metadata={"same_sections": same_outline, "same_front_matter": same_front})
-
-
-def _base_text(ctx, edit: EditRecord) -> str:
-    """The SKILL.md the edit was made on: S_fast or the candidate of an earlier accept."""
-    for record in ctx.cdir.decision_records():
-        d = record.decision
-        if d.accepted and d.skill_text is not None:
-            from deep_pipeline.store import sha256_text
-
-            if sha256_text(d.skill_text) == edit.base_skill_sha256:
-                return d.skill_text
-    return ctx.cdir.skill_text()
+    return dg.AssetCheckResult(
+        passed=same_outline and same_front and sha256_text(base) == edit.base_skill_sha256,
+        metadata={"same_sections": same_outline, "same_front_matter": same_front},
+    )
 
 
 @dg.asset_check(asset=final_skill, partitions_def=compiles_partitions, description="S_final differs from S_fast only in SKILL.md.")

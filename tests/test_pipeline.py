@@ -94,10 +94,12 @@ def test_dagster_compile_matches_plain_driver(name, env, scripted_llm):
     # Every column of every matrix was materialized on its own.
     for dim in ("correctness", "actionability", "coverage", "clarity", "concision"):
         assert materialized(instance, ["matrix", dim], record.key)
-    checks = instance.event_log_storage.get_asset_check_execution_history(
-        dg.AssetCheckKey(dg.AssetKey("compile_report"), "report_matches_decisions"), limit=5
-    )
-    assert checks and checks[0].status.value == "SUCCEEDED"
+    checks = [("compile_report", "report_matches_decisions"), ("final_skill", "final_differs_only_in_skill_md")]
+    if report.decisions:
+        checks.append(("candidate_package", "candidate_keeps_structure"))
+    for asset, check in checks:
+        history = instance.event_log_storage.get_asset_check_execution_history(dg.AssetCheckKey(dg.AssetKey(asset), check), limit=50)
+        assert history and all(h.status.value == "SUCCEEDED" for h in history), (asset, check)
 
 
 def test_resume_after_finish_makes_no_new_call(env, scripted_llm):
@@ -130,3 +132,21 @@ def test_budget_ends_the_compile_cleanly(max_calls, env, scripted_llm):
     assert (env / "plain-store" / report.compile_key / "final" / "skill" / "SKILL.md").is_file()
     if max_calls == 6:
         assert [d.reason for d in report.decisions] == ["budget_exhausted"]
+
+
+def test_compile_folder_deleted_under_a_running_compile_fails_the_next_step_clearly(env, scripted_llm):
+    import shutil
+
+    from deep_pipeline.definitions import defs
+    from deep_pipeline.errors import StepError
+
+    install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
+    skill, bundle = make_inputs(env / "dg")
+    instance = dg.DagsterInstance.ephemeral()
+    record, _ = register(instance, env / "store", skill, bundle, CONFIG)
+
+    def delete_after_first_step(line):
+        shutil.rmtree(env / "store" / record.key)
+
+    with pytest.raises(StepError, match="compile folder is missing"):
+        drive(instance, env / "store", record.key, defs, progress=delete_after_first_step)

@@ -32,11 +32,16 @@ def timeout_share(traces: list[Trace]) -> float:
     return sum(1 for trace in traces if trace.timed_out) / len(traces)
 
 
+REGRESSION_CHARS = 60
+
+
 def regressions(comparison: Comparison, incumbent_traces: list[Trace], candidate_traces: list[Trace]) -> list[str]:
     """The judge's runtime regressions, cleaned, plus `timeout` when the candidate timed out more."""
     items: list[str] = []
     for raw in comparison.runtime_regressions:
         item = " ".join(raw.split()).replace(",", ";")
+        if len(item) > REGRESSION_CHARS:  # the reason stays one readable line; comparison.json keeps it whole
+            item = item[: REGRESSION_CHARS - 1] + "…"
         if item and item not in items:
             items.append(item)
     if timeout_share(candidate_traces) > timeout_share(incumbent_traces) and TIMEOUT_REGRESSION not in items:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -20,6 +21,7 @@ class StepContext:
     cdir: CompileDir
     replay: bool = False
     _services: Services | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def open(cls, root: Path, key: str, *, services: Services | None = None, replay: bool = False) -> "StepContext":
@@ -37,9 +39,12 @@ class StepContext:
 
     @property
     def services(self) -> Services:
-        if self._services is None:
-            self._services = build_services(self.cdir, self.record, replay=self.replay)
-        return self._services
+        # Built once, under a lock: the matrix step's column threads all reach for it, and
+        # two Services would mean two budgets and two caps.
+        with self._lock:
+            if self._services is None:
+                self._services = build_services(self.cdir, self.record, replay=self.replay)
+            return self._services
 
     def dimension(self, name: str) -> Dimension:
         for dim in self.config.dimensions:

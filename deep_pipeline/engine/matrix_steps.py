@@ -58,10 +58,11 @@ def score_columns(plan: MatrixPlan) -> Iterator[ColumnRecord]:
     if not todo:
         return
     traces = ctx.cdir.traces(plan.trace_batch)
+    judge = ctx.services.judge  # one client (one budget, one cap) for every column thread
 
     def score(dim):
         result = score_column(
-            ctx.services.judge,
+            judge,
             step_key=f"{plan.key}/column/{dim.name}",
             task_prompt=ctx.record.task_prompt,
             skill_text=plan.skill_text,
