@@ -1,0 +1,66 @@
+"""The batch manifest: a compile per entry that has none yet, through the start_batch job."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+import yaml
+
+from deep_pipeline.errors import InputError
+from deep_pipeline.launcher import load_manifest, start_batch
+from tests.compile_world import make_inputs
+
+
+def manifest(tmp_path, entries):
+    path = tmp_path / "batch.yaml"
+    path.write_text(yaml.safe_dump({"entries": entries}))
+    return path
+
+
+def test_batch_starts_each_new_entry_once(tmp_path):
+    skill, bundle = make_inputs(tmp_path)
+    entries = [
+        {"skill": str(skill.relative_to(tmp_path)), "bundle": "bundle.json", "overrides": {"runner": "replay"}},
+        {"skill": str(skill.relative_to(tmp_path)), "bundle": "bundle.json", "overrides": {"runner": "replay", "rollouts": 2}},
+    ]
+    path = manifest(tmp_path, entries)
+    instance = dg.DagsterInstance.ephemeral()
+    first = start_batch(instance, tmp_path / "store", path)
+    assert [new for _, new in first] == [True, True] and first[0][0] != first[1][0]
+    assert sorted(instance.get_dynamic_partitions("compiles")) == sorted(k for k, _ in first)
+    again = start_batch(instance, tmp_path / "store", path)
+    assert [new for _, new in again] == [False, False]
+    assert [k for k, _ in again] == [k for k, _ in first]
+
+
+def test_batch_job_runs_from_the_definitions(tmp_path, monkeypatch):
+    from deep_pipeline.definitions import defs
+
+    skill, bundle = make_inputs(tmp_path)
+    path = manifest(tmp_path, [{"skill": str(skill), "bundle": str(bundle), "overrides": {"runner": "replay"}}])
+    monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
+    instance = dg.DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("start_batch").execute_in_process(
+        instance=instance, run_config={"ops": {"start_batch_op": {"config": {"manifest": str(path)}}}}
+    )
+    assert result.success
+    assert len(result.output_for_node("start_batch_op")) == 1
+    assert len(instance.get_dynamic_partitions("compiles")) == 1
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("entries: [{skill: a}]", "entries.0.bundle"),
+        ("entries: [{skill: a, bundle: b, extra: 1}]", "extra"),
+        ("- just a list", "expected a mapping"),
+    ],
+)
+def test_bad_manifest_is_one_clear_error(tmp_path, content, needle):
+    path = tmp_path / "batch.yaml"
+    path.write_text(content)
+    with pytest.raises(InputError, match=needle) as err:
+        load_manifest(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
