@@ -8,7 +8,7 @@ from deep_pipeline.assets.matrix import build_matrix_assets
 from deep_pipeline.assets.output import compile_report, final_skill
 from deep_pipeline.checks import candidate_keeps_structure, final_differs_only_in_skill_md, report_matches_decisions
 from deep_pipeline.engine.settings import load_deployment
-from deep_pipeline.jobs import ASSET_JOBS, compile, start_batch, start_compile
+from deep_pipeline.jobs import ASSET_JOBS, compile_job, start_batch, start_compile
 from deep_pipeline.resources import CompileDefaultsResource, CompileStoreResource
 from deep_pipeline.schedules import batch_schedule
 from deep_pipeline.sensors import compile_loop_sensor
@@ -28,7 +28,7 @@ defs = dg.Definitions(
         compile_report,
     ],
     asset_checks=[candidate_keeps_structure, final_differs_only_in_skill_md, report_matches_decisions],
-    jobs=[*ASSET_JOBS, start_compile, compile, start_batch],
+    jobs=[*ASSET_JOBS, start_compile, compile_job, start_batch],
     sensors=[compile_loop_sensor],
     schedules=[batch_schedule],
     resources={

@@ -38,8 +38,8 @@ def start_compile():
     start_compile_op()
 
 
-@dg.job(description="Register a compile and carry it to its end in this run (no daemon needed).")
-def compile():  # noqa: A001 - the job's name is what users type
+@dg.job(name="compile", description="Register a compile and carry it to its end in this run (no daemon needed).")
+def compile_job():
     compile_op()
 
 

@@ -150,3 +150,19 @@ def test_compile_folder_deleted_under_a_running_compile_fails_the_next_step_clea
 
     with pytest.raises(StepError, match="compile folder is missing"):
         drive(instance, env / "store", record.key, defs, progress=delete_after_first_step)
+
+
+def test_compile_job_carries_a_compile_to_its_end_with_nested_runs(env, scripted_llm):
+    from deep_pipeline.definitions import defs
+
+    install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
+    skill, bundle = make_inputs(env / "job")
+    instance = dg.DagsterInstance.ephemeral()
+    run_config = {"ops": {"compile_op": {"config": {"skill_dir": str(skill), "bundle": str(bundle), "overrides": CONFIG}}}}
+    result = defs.resolve_job_def("compile").execute_in_process(instance=instance, run_config=run_config)
+    assert result.success
+    key = result.output_for_node("compile_op")
+    assert (env / "store" / key / "report.json").is_file()
+    jobs = [r.dagster_run.job_name for r in instance.get_run_records()]
+    assert {"prepare_inputs", "score_matrix", "run_iteration", "finalize"} <= set(jobs)
+    assert len(materialized(instance, "decision", key)) == 1
