@@ -166,3 +166,29 @@ def test_compile_job_carries_a_compile_to_its_end_with_nested_runs(env, scripted
     jobs = [r.dagster_run.job_name for r in instance.get_run_records()]
     assert {"prepare_inputs", "score_matrix", "run_iteration", "finalize"} <= set(jobs)
     assert len(materialized(instance, "decision", key)) == 1
+
+
+@pytest.mark.parametrize("stop_after", [1, 3])
+def test_interrupted_compile_resumes_to_the_same_end_without_repeating_calls(stop_after, env, scripted_llm):
+    from deep_pipeline.definitions import defs
+
+    scenario = dict(low={("s02-steps", "actionability"): 2}, compare={("s02-steps", "actionability"): (2, 2)})
+    reference = plain(env, World(**scenario), scripted_llm)
+    reference_calls = len(scripted_llm.requests)
+    scripted_llm.reset()
+    install_world(scripted_llm, World(**scenario))
+    skill, bundle = make_inputs(env / "dg")
+    instance = dg.DagsterInstance.ephemeral()
+    record, _ = register(instance, env / "store", skill, bundle, CONFIG)
+    steps = []
+
+    def interrupt(line):
+        steps.append(line)
+        if len(steps) == stop_after:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        drive(instance, env / "store", record.key, defs, progress=interrupt)
+    report = drive(instance, env / "store", record.key, defs)
+    assert decisions_of(report) == decisions_of(reference)
+    assert len(scripted_llm.requests) == reference_calls
