@@ -7,7 +7,6 @@ files on disk and the compile's state can never disagree.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from deep_pipeline.core.history import History
@@ -120,20 +119,21 @@ class CompileDir:
         files = sorted((self.path / "iterations").glob("*/decision.json"))
         return [read_model(f, DecisionRecord) for f in files]
 
-    def usage(self) -> Usage:
-        """Sum of every real model call so far (calls.jsonl; cache hits are not calls)."""
+    def usage_by_role(self) -> tuple[dict[str, Usage], Usage]:
+        """Every real model call so far, per role and in total (cache hits are not calls)."""
+        from deep_pipeline.llm.accounting import read_calls, usage_by_role
+
+        roles = {
+            role: Usage.model_validate(totals.model_dump(include=set(Usage.model_fields)))
+            for role, totals in usage_by_role(read_calls(self.calls_log)).items()
+        }
         total = Usage()
-        if not self.calls_log.is_file():
-            return total
-        for line in self.calls_log.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            try:
-                call = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash: the call is repeated from the cache or anew
-            total = total.add(usage_of_call(call))
-        return total
+        for usage in roles.values():
+            total = total.add(usage)
+        return roles, total
+
+    def usage(self) -> Usage:
+        return self.usage_by_role()[1]
 
     def history(self) -> History:
         """The compile's history: its matrices and decisions in the order they happened."""

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import shlex
-from pathlib import Path
 
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.history import derive_state
 from deep_pipeline.core.models import Decision, Trace
 from deep_pipeline.core.policy import Finalize
-from deep_pipeline.engine.compile_dir import usage_of_call
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.records import CompileRecord, Report, TraceBatchRecord, Usage
+from deep_pipeline.engine.records import CompileRecord, Report, TraceBatchRecord
 from deep_pipeline.store import atomic_copy_tree, atomic_write_json, package_hash, read_model, sha256_text
 
 INPUT_BATCH = "input"
@@ -20,7 +16,9 @@ INPUT_BATCH = "input"
 
 def agent_name(config: CompileConfig, record: CompileRecord) -> str:
     if config.runner == "command" and config.agent_command:
-        return Path(shlex.split(config.agent_command)[0]).name
+        from deep_pipeline.rollouts.command import agent_name as command_agent, split_template
+
+        return command_agent(split_template(config.agent_command))  # as the runner labels its traces
     if config.runner == "replay":
         return record.bundle_agent or "replay"
     return config.runner
@@ -91,7 +89,7 @@ def finalize_step(ctx: StepContext) -> Report:
     final_batch = state.current_trace_batch
     final_traces = cdir.batch(final_batch) if final_batch and cdir.has_batch(final_batch) else None
     ran_on_final = final_traces is not None and final_traces.skill_sha256 == final_sha
-    by_role, total = usage_by_role(cdir.calls_log)
+    by_role, total = cdir.usage_by_role()
     config = record.config
     report = Report(
         compile_key=cdir.key,
@@ -117,18 +115,3 @@ def finalize_step(ctx: StepContext) -> Report:
     atomic_write_json(cdir.report_path, report)
     return report
 
-
-def usage_by_role(calls_log: Path) -> tuple[dict[str, Usage], Usage]:
-    roles: dict[str, Usage] = {}
-    total = Usage()
-    if calls_log.is_file():
-        for line in calls_log.read_text(encoding="utf-8").splitlines():
-            try:
-                call = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            usage = usage_of_call(call)
-            role = call.get("role", "unknown")
-            roles[role] = roles.get(role, Usage()).add(usage)
-            total = total.add(usage)
-    return roles, total
