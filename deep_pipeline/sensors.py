@@ -14,9 +14,9 @@ import dagster as dg
 
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.errors import StepError
+from deep_pipeline.errors import InputError, StepError
+from deep_pipeline.jobs import ASSET_JOBS
 from deep_pipeline.launcher import driver_lock
-from deep_pipeline.errors import InputError
 from deep_pipeline.planning import plan_next_run
 from deep_pipeline.resources import CompileStoreResource
 
@@ -81,6 +81,7 @@ def _driven_elsewhere(ctx: StepContext) -> bool:
 
 @dg.sensor(
     name="compile_loop",
+    jobs=ASSET_JOBS,
     minimum_interval_seconds=5,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Starts each compile's next step: inputs, a matrix, an iteration, the descent, or the report.",
