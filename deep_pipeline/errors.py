@@ -7,3 +7,7 @@ class InputError(Exception):
 
 class StepError(Exception):
     """A compile step cannot go on (a model that keeps answering wrong, a vanished folder)."""
+
+
+class AnswerError(StepError):
+    """A model kept answering in a shape that does not validate (after its retries)."""

@@ -7,6 +7,8 @@ metadata — is the real thing.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
@@ -122,16 +124,23 @@ def test_definitions_load():
         assert defs.resolve_job_def(job) is not None
 
 
-@pytest.mark.parametrize("max_calls", [3, 6])
-def test_budget_ends_the_compile_cleanly(max_calls, env, scripted_llm):
-    # 3 calls: the first matrix stops part-way; 6: the matrix is done, the iteration stops.
+@pytest.mark.parametrize("path", ["plain", "dagster"])
+@pytest.mark.parametrize("max_calls", [3, 5, 6])
+def test_budget_ends_the_compile_cleanly(max_calls, path, env, scripted_llm):
+    # 3 calls: the first matrix stops part-way; 5: its last column spends the budget;
+    # 6: the matrix is done and the iteration's edit spends it.
     world = World(low={("s02-steps", "clarity"): 2})
-    report = plain(env, world, scripted_llm, max_calls=max_calls)
+    if path == "plain":
+        report = plain(env, world, scripted_llm, max_calls=max_calls)
+    else:
+        report = through_dagster(env, world, scripted_llm, dg.DagsterInstance.ephemeral(), max_calls=max_calls)[1]
     assert report.status == "budget_exhausted"
     assert report.usage_total.calls == max_calls
-    assert (env / "plain-store" / report.compile_key / "final" / "skill" / "SKILL.md").is_file()
+    assert report.final_skill_dir and (Path(report.final_skill_dir) / "SKILL.md").is_file()
     if max_calls == 6:
         assert [d.reason for d in report.decisions] == ["budget_exhausted"]
+    else:
+        assert report.decisions == []
 
 
 def test_compile_folder_deleted_under_a_running_compile_fails_the_next_step_clearly(env, scripted_llm):
@@ -192,3 +201,42 @@ def test_interrupted_compile_resumes_to_the_same_end_without_repeating_calls(sto
     report = drive(instance, env / "store", record.key, defs)
     assert decisions_of(report) == decisions_of(reference)
     assert len(scripted_llm.requests) == reference_calls
+
+
+def test_a_stored_edit_that_no_longer_validates_is_regenerated_with_fresh_downstream_records(env, scripted_llm):
+    from deep_pipeline.engine import iteration_steps as steps
+    from deep_pipeline.engine.driver import execute
+    from deep_pipeline.engine.records import EditRecord
+    from deep_pipeline.store import atomic_write_json, read_model
+
+    install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
+    skill, bundle = make_inputs(env / "in")
+    record = register_compile(env / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
+    ctx = StepContext.open(env / "store", record.key)
+    execute(ctx, ctx.plan()[2])  # inputs
+    execute(ctx, ctx.plan()[2])  # the section matrix
+    it = steps.Iteration(ctx, "section", 0)
+    edit = steps.edit_step(it)
+    steps.candidate_step(it, edit)
+    # The stored edit is corrupted: it no longer applies to the current SKILL.md.
+    atomic_write_json(it.path("edit.json"), edit.model_copy(update={"candidate_skill_text": "tampered"}))
+    calls = len(scripted_llm.requests_for("editor"))
+    fresh = steps.edit_step(it)
+    assert len(scripted_llm.requests_for("editor")) == calls + 1  # a new call, not a cache hit
+    assert fresh.attempts[0].attempt == len(edit.attempts)
+    assert not it.path("candidate.json").exists() and not it.path("candidate").exists()
+    assert read_model(it.path("edit.json"), EditRecord).candidate_skill_text != "tampered"
+
+
+def test_an_editor_that_never_answers_in_shape_is_a_rejection_not_a_dead_compile(env, scripted_llm):
+    world = World(low={("s02-steps", "clarity"): 2})
+    install_world(scripted_llm, world)
+    scripted_llm.always("editor", lambda req: {"unit_id": "x", "new_text": "   "})  # blank: never valid
+    skill, bundle = make_inputs(env / "in")
+    config = effective_config(load_deployment(), CONFIG)
+    record = register_compile(env / "store", skill, bundle, config)
+    report = run_inline(StepContext.open(env / "store", record.key))
+    assert report.status == "completed"
+    assert [d.reason for d in report.decisions][:2] == ["edit_validation_exhausted"] * 2
+    edit = (env / "store" / record.key / "iterations" / "section-i00" / "edit.json").read_text()
+    assert "gave no valid answer" in edit  # the failure is on record, attempt by attempt

@@ -93,6 +93,10 @@ class CompileConfig(BaseModel):
     judge_api_base: str | None = None
     editor_api_base: str | None = None
     agent_api_base: str | None = None
+    # Answer caps per role: the editor's bounds how long a rewritten unit may be.
+    judge_max_tokens: int = Field(default=1024, ge=64)
+    editor_max_tokens: int = Field(default=2048, ge=64)
+    agent_max_tokens: int = Field(default=1024, ge=64)
     runner: RunnerName = "chat"
     agent_command: str | None = None
     agent_output_format: Literal["claude-stream-json", "jsonl", "text"] = "text"

@@ -135,6 +135,12 @@ class CompileDir:
     def usage(self) -> Usage:
         return self.usage_by_role()[1]
 
+    def spent_usd(self) -> float:
+        """USD of the calls whose cost is known: what the budget counts (an unpriced call adds nothing)."""
+        from deep_pipeline.llm.accounting import read_calls
+
+        return sum(r.cost_usd or 0.0 for r in read_calls(self.calls_log) if not r.cache_hit)
+
     def history(self) -> History:
         """The compile's history: its matrices and decisions in the order they happened."""
         self.require()
@@ -147,7 +153,7 @@ class CompileDir:
             input_batch="input" if self.has_batch("input") else None,
             events=[event for _, event in events],
             calls=usage.calls,
-            usd=usage.cost_usd or 0.0,
+            usd=self.spent_usd(),
             budget_stop=self.budget_stop_path.is_file(),
             finalized=self.report_path.is_file(),
         )

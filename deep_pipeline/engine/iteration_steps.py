@@ -7,6 +7,8 @@ repeats nothing finished; the decision, once written, is the commit.
 
 from __future__ import annotations
 
+import shutil
+
 from deep_pipeline.core.decision import candidate_label, decide, order_seed
 from deep_pipeline.core.edits import prepare_edit
 from deep_pipeline.core.keys import batch_name, iteration_key
@@ -29,7 +31,7 @@ from deep_pipeline.engine.records import (
     RolloutsRecord,
     TraceBatchRecord,
 )
-from deep_pipeline.errors import StepError
+from deep_pipeline.errors import AnswerError, StepError
 from deep_pipeline.store import atomic_copy_tree, atomic_write_json, package_hash, read_model, sha256_text
 
 SKIP_REASONS = {
@@ -72,9 +74,19 @@ def edit_step(it: Iteration) -> EditRecord:
     # A stored edit that no longer validates is regenerated, not trusted (SPEC §9):
     # later attempt numbers make its calls new ones, not cache hits.
     first_attempt = len(stored.attempts) if stored is not None else 0
+    if stored is not None:
+        _drop_downstream(it)
     record = _write_edit(it, state, action, len(history.events), first_attempt)
     atomic_write_json(it.path("edit.json"), record)
     return record
+
+
+def _drop_downstream(it: Iteration) -> None:
+    """A regenerated edit gets its own candidate, rollouts and comparison, not the stale edit's."""
+    for name in ("comparison.json", "rollouts.json", "candidate.json"):
+        it.path(name).unlink(missing_ok=True)
+    for folder in (it.path("candidate"), it.ctx.cdir.batch_dir(it.batch), it.ctx.cdir.raw_dir(it.batch)):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _still_valid(stored: EditRecord, state) -> bool:
@@ -113,6 +125,11 @@ def _write_edit(it: Iteration, state, action: RunIteration, seq: int, first_atte
             )
         except BudgetExhausted:
             return EditRecord(**base, status="budget_exhausted", attempts=attempts, usage=usage_of_calls(calls))
+        except AnswerError as exc:
+            # An editor that keeps answering out of shape is a failed attempt (SPEC §4), not a dead compile.
+            attempts.append(EditAttempt(attempt=attempt, edit_summary="", new_text="", ok=False, reason=str(exc)))
+            failed.append("your last answer was not valid JSON of the requested shape")
+            continue
         calls += made
         check = prepare_edit(state.current_skill_text, state.current_units, coordinate.unit_id, edit.new_text)
         attempts.append(EditAttempt(attempt=attempt, edit_summary=edit.edit_summary, new_text=edit.new_text, ok=check.ok, reason=check.reason))

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
+from pydantic import BaseModel
+
 from deep_pipeline.core.keys import matrix_key
-from deep_pipeline.core.models import ScoreMatrix
+from deep_pipeline.core.models import ScoreMatrix, Unit
 from deep_pipeline.core.policy import ScoreLevel
 from deep_pipeline.core.units import cut_units
 from deep_pipeline.engine.compile_dir import usage_of_calls
@@ -14,6 +16,20 @@ from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.records import ColumnRecord, MatrixRecord, Usage
 from deep_pipeline.errors import StepError
 from deep_pipeline.store import atomic_write_json, read_model, sha256_text
+
+
+class MatrixStart(BaseModel):
+    """plan.json: what the matrix step set out to score, written before its first column.
+
+    Once it exists the step finishes from it, whatever the policy says meanwhile: the
+    columns' own calls may have reached the budget, and the matrix must still be recorded.
+    """
+
+    seq: int
+    action: ScoreLevel
+    skill_text: str
+    trace_batch: str
+    units: list[Unit]
 
 
 class MatrixPlan:
@@ -24,19 +40,25 @@ class MatrixPlan:
         self.folder = ctx.cdir.matrix_dir(level, index)
         self.key = matrix_key(ctx.cdir.key, level, index)
         done = self.folder / "matrix.json"
-        if done.is_file():
-            self.record: MatrixRecord | None = read_model(done, MatrixRecord)
-            self.action = None
+        self.record: MatrixRecord | None = read_model(done, MatrixRecord) if done.is_file() else None
+        if self.record is not None:
             return
-        self.record = None
-        history, state, action = ctx.plan()
+        start_path = self.folder / "plan.json"
+        if start_path.is_file():
+            start = read_model(start_path, MatrixStart)
+        else:
+            start = self._start(level, index)
+            atomic_write_json(start_path, start)
+        self.action, self.seq = start.action, start.seq
+        self.skill_text, self.trace_batch, self.units = start.skill_text, start.trace_batch, start.units
+
+    def _start(self, level: str, index: int) -> MatrixStart:
+        history, state, action = self.ctx.plan()
         if not (isinstance(action, ScoreLevel) and action.level == level and action.index == index):
             raise StepError(f"{self.key}: not the compile's next step (the policy asks for {_describe(action)})")
-        self.action: ScoreLevel | None = action
-        self.seq = len(history.events)
-        self.skill_text = state.current_skill_text
-        self.trace_batch = state.current_trace_batch
-        self.units = cut_units(self.skill_text, level, action.section_id)
+        units = cut_units(state.current_skill_text, level, action.section_id)
+        return MatrixStart(seq=len(history.events), action=action, skill_text=state.current_skill_text,
+                           trace_batch=state.current_trace_batch, units=units)
 
     def column_path(self, dimension: str):
         return self.folder / f"column-{dimension}.json"

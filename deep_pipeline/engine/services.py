@@ -59,14 +59,14 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
     from deep_pipeline.rollouts.base import make_runner
 
     config = record.config
-    usage = cdir.usage()
-    budget = Budget(config.max_calls, config.max_usd, calls_used=usage.calls, usd_used=usage.cost_usd or 0.0)
+    budget = Budget.from_calls_log(cdir.calls_log, config.max_calls, config.max_usd)
     limiter = threading.BoundedSemaphore(config.parallel)
     home = dagster_home()
 
     def client(model: str, api_base: str | None, role: str) -> ModelClient:
+        max_tokens = getattr(config, f"{role}_max_tokens")
         return ModelClient(
-            ModelSettings(model=model, api_base=api_base),
+            ModelSettings(model=model, api_base=api_base, max_tokens=max_tokens),
             role,
             cache_dir=cdir.llm_cache,
             calls_log=cdir.calls_log,
@@ -76,7 +76,7 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
             local_home=home,
         )
 
-    agent_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base)
+    agent_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base, max_tokens=config.agent_max_tokens)
     runner = make_runner(
         config,
         model_client=lambda: client(config.agent_model, config.agent_api_base, "agent"),

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from deep_pipeline.errors import StepError
+from deep_pipeline.errors import AnswerError, StepError
 from deep_pipeline.llm.cache import ResponseCache, cache_key
 from deep_pipeline.llm.schemas import describe_errors, response_format
 
@@ -153,7 +153,7 @@ class ModelClient:
                 {"role": "assistant", "content": text[:4000]},
                 {"role": "user", "content": fill("retry", problem=problem)},
             ]
-        raise StepError(f"{self.describe(step_key)} gave no valid answer in {max_attempts} attempts: {problem}")
+        raise AnswerError(f"{self.describe(step_key)} gave no valid answer in {max_attempts} attempts: {problem}")
 
     def complete(self, step_key: str, messages: list[dict]) -> tuple[str, CallRecord]:
         """Free text (the chat rollout runner). Independent samples need distinct step keys."""
