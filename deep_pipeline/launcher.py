@@ -26,14 +26,23 @@ from deep_pipeline.store import read_model
 
 
 def register(instance: dg.DagsterInstance, root: Path, skill_dir: Path, bundle: Path, overrides: dict[str, Any],
-             origin: str = "config") -> tuple[CompileRecord, bool]:
-    """Register a compile and its `compiles` partition. Returns (record, newly created)."""
+             origin: str = "config", announce: bool = True) -> tuple[CompileRecord, bool]:
+    """Register a compile. Returns (record, newly created).
+
+    `announce` adds its `compiles` partition, which hands it to the loop sensor; a driver
+    that carries the compile itself leaves that to `drive`, which does it under its lock.
+    """
     config = effective_config(load_deployment(), overrides, origin)
     existed = {p.name for p in Path(root).iterdir()} if Path(root).is_dir() else set()
     record = register_compile(root, skill_dir, bundle, config)
-    if not instance.has_dynamic_partition("compiles", record.key):
-        instance.add_dynamic_partitions("compiles", [record.key])
+    if announce:
+        _announce(instance, record.key)
     return record, record.key not in existed
+
+
+def _announce(instance: dg.DagsterInstance, key: str) -> None:
+    if not instance.has_dynamic_partition("compiles", key):
+        instance.add_dynamic_partitions("compiles", [key])
 
 
 @contextlib.contextmanager
@@ -53,6 +62,7 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str, defs: dg.Definitio
     """Run the compile's next job until it is finalized."""
     ctx = StepContext.open(root, key)
     with driver_lock(ctx):
+        _announce(instance, key)  # under the lock: the sensor sees it held and leaves it alone
         for _ in range(max_runs):
             planned = plan_next_run(ctx)
             if planned is None:

@@ -21,9 +21,11 @@ class BatchRequest(dg.Config):
     manifest: str = Field(default="batch.yaml", description="The batch manifest (YAML)")
 
 
-def _register(context: dg.OpExecutionContext, config: CompileRequest, store: CompileStoreResource, defaults: CompileDefaultsResource):
+def _register(context: dg.OpExecutionContext, config: CompileRequest, store: CompileStoreResource,
+              defaults: CompileDefaultsResource, announce: bool = True):
     overrides = {**defaults.overrides(), **config.overrides}
-    record, new = register(context.instance, store.root_path(), Path(config.skill_dir), Path(config.bundle), overrides, "run config: overrides")
+    record, new = register(context.instance, store.root_path(), Path(config.skill_dir), Path(config.bundle), overrides,
+                           "run config: overrides", announce=announce)
     context.log.info(f"{'registered' if new else 'found existing'} compile {record.key}")
     context.add_output_metadata({"compile": record.key, "new": new, "folder": str(store.root_path() / record.key)})
     return record
@@ -40,7 +42,7 @@ def compile_op(context: dg.OpExecutionContext, config: CompileRequest, store: Co
                defaults: CompileDefaultsResource) -> str:
     from deep_pipeline.definitions import defs
 
-    record = _register(context, config, store, defaults)
+    record = _register(context, config, store, defaults, announce=False)
     report = drive(context.instance, store.root_path(), record.key, defs, progress=context.log.info)
     context.log.info(f"{record.key}: {report.status}; S_final at {report.final_skill_dir}")
     return record.key

@@ -30,7 +30,7 @@ def _compile_of(partition_key: str) -> str:
 
 def read_cursor(raw: str | None) -> dict:
     data = json.loads(raw) if raw else {}
-    return {"ids": data.get("ids", {}), "seen": data.get("seen", [])}
+    return {"ids": data.get("ids", {}), "seen": data.get("seen", []), "pending": data.get("pending", [])}
 
 
 def touched_compiles(instance: dg.DagsterInstance, cursor: dict) -> set[str]:
@@ -54,7 +54,8 @@ def touched_compiles(instance: dg.DagsterInstance, cursor: dict) -> set[str]:
     seen = set(cursor["seen"])
     new = set(instance.get_dynamic_partitions("compiles")) - seen
     cursor["seen"] = sorted(seen | new)
-    return touched | new
+    # Compiles skipped while another driver held them are looked at again every tick.
+    return touched | new | set(cursor["pending"])
 
 
 def requests_for(ctx: StepContext) -> tuple[dg.RunRequest | None, dg.AddDynamicPartitionsRequest | None]:
@@ -88,11 +89,12 @@ def _driven_elsewhere(ctx: StepContext) -> bool:
 )
 def compile_loop_sensor(context: dg.SensorEvaluationContext, store: CompileStoreResource) -> dg.SensorResult:
     cursor = read_cursor(context.cursor)
-    runs, adds = [], []
+    runs, adds, pending = [], [], []
     for key in sorted(touched_compiles(context.instance, cursor)):
         try:
             ctx = store.context(key)
             if _driven_elsewhere(ctx):
+                pending.append(key)
                 continue
             run, add = requests_for(ctx)
         except (StepError, InputError, ValueError) as exc:
@@ -102,4 +104,5 @@ def compile_loop_sensor(context: dg.SensorEvaluationContext, store: CompileStore
             runs.append(run)
         if add is not None:
             adds.append(add)
+    cursor["pending"] = pending
     return dg.SensorResult(run_requests=runs, dynamic_partitions_requests=adds, cursor=json.dumps(cursor))

@@ -86,6 +86,19 @@ def test_column_has_a_cell_per_unit_with_evidence_checked(scripted_llm, units):
     assert "5: Entirely right for this task" in prompt  # the rubric
 
 
+def test_evidence_out_of_shape_is_dropped_and_counted_never_retried(scripted_llm, units):
+    ids = [u.unit_id for u in units]
+    odd = [{"trace_id": "t1", "step": 0, "quote": "x"}, "junk", {"trace_id": "t1"},
+           {"trace_id": "t1", "step": 1, "quote": "pip install pandas"}, {"trace_id": "t2", "step": 1, "quote": "L" * 500}]
+    answer = {uid: cell_answer(3) for uid in ids}
+    answer[ids[1]] = {"evidence": odd, "reason": "r", "score": 2}
+    scripted_llm.script("judge", answer)
+    result = score_column(judge(), step_key="m/ev", task_prompt=TASK, skill_text=SKILL, units=units, dimension=CORRECTNESS, traces=TRACES)
+    assert len(scripted_llm.requests_for("judge")) == 1  # no retry for evidence
+    assert result.cells[1].evidence == [EvidenceRef(trace_id="t1", step=1, quote="pip install pandas")]
+    assert result.cells[1].dropped_evidence == 4
+
+
 def test_columns_of_one_matrix_share_a_long_prefix(scripted_llm, units):
     scripted_llm.always("judge", lambda request: request.answer())
     results = [

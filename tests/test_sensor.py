@@ -95,3 +95,17 @@ def test_deleted_compile_folder_is_skipped_with_a_warning(setup):
     shutil.rmtree(tmp / "store" / record.key)
     result, _ = tick(instance, tmp / "store")
     assert result.run_requests == []
+
+
+def test_a_compile_locked_by_a_driver_is_retried_on_later_ticks(setup):
+    from deep_pipeline.launcher import driver_lock
+
+    make, tmp = setup
+    instance, record, ctx = make(World())
+    with driver_lock(ctx):
+        locked, _ = tick(instance, tmp / "store")
+    assert locked.run_requests == [] and json.loads(locked.cursor)["pending"] == [record.key]
+    # The driver stopped (say, Ctrl-C) and nothing new was materialized: the next tick carries it on.
+    later, _ = tick(instance, tmp / "store", locked.cursor)
+    assert [r.run_key for r in later.run_requests] == [f"inputs:{record.key}"]
+    assert json.loads(later.cursor)["pending"] == []

@@ -35,9 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except (InputError, StepError) as exc:
+    except InputError as exc:
         print(f"deep-pipeline: error: {exc}", file=sys.stderr)
         return 2
+    except StepError as exc:
+        # Not bad input: a step could not go on (a model, an agent, a vanished folder).
+        print(f"deep-pipeline: step failed: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("deep-pipeline: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -72,7 +72,8 @@ def _compile(args: argparse.Namespace) -> int:
     overrides = _overrides(args)
     instance = _instance()
     root = default_store_root()
-    record, new = register_compile(instance, root, args.skill_dir, args.task, overrides, str(args.config or "options"))
+    record, new = register_compile(instance, root, args.skill_dir, args.task, overrides, str(args.config or "options"),
+                                   announce=False)
     _say(args, f"{'registered' if new else 'resuming'} compile {record.key} in {root / record.key}")
     return _drive(args, instance, root, record.key)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from deep_pipeline.core.config import Dimension
 from deep_pipeline.core.models import Cell, EvidenceRef, Trace, Unit
@@ -95,16 +95,24 @@ def score_column(
 
 
 def checked_evidence(
-    items: list[BaseModel], traces: list[Trace], rename: dict[str, str] | None = None
+    items: list, traces: list[Trace], rename: dict[str, str] | None = None
 ) -> tuple[list[EvidenceRef], int]:
     """The model's evidence as EvidenceRefs, validated against `traces` (SPEC §3).
 
+    Items arrive as the model wrote them; one that is not a {trace_id, step, quote}
+    object is dropped and counted like a quote that is not in its step.
     `rename` maps the labels the model saw back to trace ids (the comparator's blind labels).
     """
     from deep_pipeline.core.evidence import validate_evidence
 
-    refs = [
-        EvidenceRef(trace_id=(rename or {}).get(item.trace_id, item.trace_id), step=item.step, quote=item.quote)
-        for item in items
-    ]
-    return validate_evidence(refs, traces)
+    refs, malformed = [], 0
+    for item in items:
+        data = item.model_dump() if isinstance(item, BaseModel) else item
+        try:
+            ref = EvidenceRef.model_validate(data)
+        except ValidationError:
+            malformed += 1
+            continue
+        refs.append(ref.model_copy(update={"trace_id": (rename or {}).get(ref.trace_id, ref.trace_id)}))
+    kept, dropped = validate_evidence(refs, traces)
+    return kept, dropped + malformed

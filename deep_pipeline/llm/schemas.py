@@ -7,7 +7,7 @@ JSON-schema grammar even a 135M model then returns JSON that parses.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -40,12 +40,22 @@ def evidence_model(limits: AnswerLimits) -> type[BaseModel]:
     )
 
 
+def evidence_field(limits: AnswerLimits) -> tuple:
+    """Evidence: the model is shown the bounded shape, but nothing in it is enforced.
+
+    Invalid evidence is dropped and counted, never a reason to retry (SPEC §3), so the
+    items are parsed loosely here and checked one by one against the traces later.
+    """
+    item = evidence_model(limits).model_json_schema()
+    return (list[Any], Field(json_schema_extra={"items": item, "maxItems": limits.evidence_items}))
+
+
 def cell_model(limits: AnswerLimits) -> type[BaseModel]:
     # Evidence and reason come before the score so a model reasons before it scores.
     return create_model(
         "CellAnswer",
         __config__=_STRICT,
-        evidence=(list[evidence_model(limits)], Field(max_length=limits.evidence_items)),
+        evidence=evidence_field(limits),
         reason=(str, Field(max_length=limits.reason_chars)),
         score=(int, Field(ge=1, le=5)),
     )
@@ -88,13 +98,12 @@ def edit_answer_model(
 
 def compare_answer_model(limits: AnswerLimits = DEFAULT_LIMITS) -> type[BaseModel]:
     """The blind verdict: both sides as A and B, each with its own regressions and evidence."""
-    evidence = list[evidence_model(limits)]
     regression = Field(max_length=limits.regressions)
     return create_model(
         "CompareAnswer",
         __config__=_STRICT,
-        evidence_a=(evidence, Field(max_length=limits.evidence_items)),
-        evidence_b=(evidence, Field(max_length=limits.evidence_items)),
+        evidence_a=evidence_field(limits),
+        evidence_b=evidence_field(limits),
         regressions_a=(list[_bounded_str(80)], regression),
         regressions_b=(list[_bounded_str(80)], regression),
         reason=(str, Field(max_length=limits.reason_chars)),

@@ -89,7 +89,10 @@ class MiniSweRunner(ProcessRunner):
         from deep_pipeline.store import atomic_write_bytes
 
         reading = Reading()
-        outcome = _read_json(sandbox.root / "result.json") or {}
+        result_path = sandbox.root / "result.json"
+        if result_path.is_file():  # the worker's own reason may quote a provider error: redact it too
+            result_path.write_bytes(redact(result_path.read_bytes(), sandbox.secrets))
+        outcome = _read_json(result_path) or {}
         trajectory_path = sandbox.root / "trajectory.json"
         if trajectory_path.is_file() and trajectory_path.stat().st_size <= MAX_TRAJECTORY_BYTES:
             raw = redact(trajectory_path.read_bytes(), sandbox.secrets)
