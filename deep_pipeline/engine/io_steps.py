@@ -41,10 +41,31 @@ def usable_bundle_traces(record: CompileRecord, traces: list[Trace]) -> bool:
     return True
 
 
+def roll_out(ctx: StepContext, package_dir, skill_sha256: str, batch: str) -> list[Trace]:
+    """`rollouts` runs of a package, each trace stored the moment it ends.
+
+    A run that crashed part-way left some traces behind: those are kept, not run again
+    (SPEC §9); batch.json, written by the caller, still commits the batch.
+    """
+    from deep_pipeline.rollouts.base import RolloutTask, trace_id
+
+    cdir, record = ctx.cdir, ctx.record
+    folder = cdir.batch_dir(batch)
+    done = {
+        index: read_model(path, Trace)
+        for index in range(record.config.rollouts)
+        if (path := folder / f"{trace_id(batch, index)}.json").is_file()
+    }
+    task = RolloutTask(prompt=record.task_prompt, task_dir=record.task_dir, skill_name=record.skill_name)
+    return ctx.services.runner.run_batch(
+        package_dir=package_dir, skill_sha256=skill_sha256, task=task, batch=batch, n=record.config.rollouts,
+        archive_dir=cdir.raw_dir(batch), done=done,
+        progress=lambda index, trace: atomic_write_json(folder / f"{trace.trace_id}.json", trace),
+    )
+
+
 def input_step(ctx: StepContext) -> TraceBatchRecord | None:
     """The incumbent's traces; None when the budget ran out first (the compile then finalizes)."""
-    from deep_pipeline.rollouts.base import RolloutTask
-
     cdir = ctx.cdir
     if cdir.has_batch(INPUT_BATCH):
         return cdir.batch(INPUT_BATCH)
@@ -57,12 +78,8 @@ def input_step(ctx: StepContext) -> TraceBatchRecord | None:
     else:
         from deep_pipeline.llm.budget import BudgetExhausted
 
-        task = RolloutTask(prompt=record.task_prompt, task_dir=record.task_dir, skill_name=record.skill_name)
         try:
-            traces = ctx.services.runner.run_batch(
-                package_dir=cdir.input_skill, skill_sha256=record.skill_sha256, task=task, batch=INPUT_BATCH,
-                n=record.config.rollouts, archive_dir=cdir.raw_dir(INPUT_BATCH),
-            )
+            traces = roll_out(ctx, cdir.input_skill, record.skill_sha256, INPUT_BATCH)
         except BudgetExhausted as exc:
             atomic_write_json(cdir.budget_stop_path, {"step": "input_traces", "reason": str(exc)})
             return None

@@ -22,6 +22,7 @@ from deep_pipeline.core.models import (
 from deep_pipeline.core.policy import RunIteration
 from deep_pipeline.engine.compile_dir import usage_of_calls
 from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.io_steps import roll_out
 from deep_pipeline.engine.records import (
     CandidateRecord,
     ComparisonRecord,
@@ -164,8 +165,6 @@ def candidate_step(it: Iteration, edit: EditRecord) -> CandidateRecord:
 
 def rollouts_step(it: Iteration, candidate: CandidateRecord) -> RolloutsRecord:
     """`rollouts` runs of the candidate, concurrently, each with its timeout (SPEC §6.4)."""
-    from deep_pipeline.rollouts.base import RolloutTask
-
     stored = it.load("rollouts.json", RolloutsRecord)
     if stored is not None:
         return stored
@@ -176,12 +175,8 @@ def rollouts_step(it: Iteration, candidate: CandidateRecord) -> RolloutsRecord:
         if not ctx.cdir.has_batch(it.batch):
             from deep_pipeline.llm.budget import BudgetExhausted
 
-            task = RolloutTask(prompt=ctx.record.task_prompt, task_dir=ctx.record.task_dir, skill_name=ctx.record.skill_name)
             try:
-                traces = ctx.services.runner.run_batch(
-                    package_dir=it.path("candidate"), skill_sha256=candidate.skill_sha256, task=task,
-                    batch=it.batch, n=ctx.config.rollouts, archive_dir=ctx.cdir.raw_dir(it.batch),
-                )
+                traces = roll_out(ctx, it.path("candidate"), candidate.skill_sha256, it.batch)
             except BudgetExhausted:
                 record = RolloutsRecord(skipped="budget_exhausted")
                 atomic_write_json(it.path("rollouts.json"), record)

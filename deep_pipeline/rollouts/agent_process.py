@@ -94,6 +94,7 @@ class ProcessRunner:
         n: int,
         archive_dir: Path,
         progress: Progress | None = None,
+        done: dict[int, Trace] | None = None,
     ) -> list[Trace]:
         check_task_dir(task)
         self._resolve_local_model()
@@ -105,7 +106,7 @@ class ProcessRunner:
             )
             return self._rollout(index, Path(package_dir), task, Path(archive_dir), labels)
 
-        return run_parallel(n, self.parallel, rollout, progress)
+        return run_parallel(n, self.parallel, rollout, progress, done)
 
     def _resolve_local_model(self) -> None:
         """`local` means the embedded model's OpenAI-compatible server, shared per machine."""

@@ -56,6 +56,7 @@ class Runner(Protocol):
         n: int,
         archive_dir: Path,
         progress: Progress | None = None,
+        done: dict[int, Trace] | None = None,
     ) -> list[Trace]: ...
 
 
@@ -77,12 +78,17 @@ def archive_file(archive_dir: Path, index: int, name: str, data: bytes | str) ->
 
 
 def run_parallel(
-    n: int, parallel: int, rollout: Callable[[int], Trace], progress: Progress | None
+    n: int, parallel: int, rollout: Callable[[int], Trace], progress: Progress | None,
+    done: dict[int, Trace] | None = None,
 ) -> list[Trace]:
-    """Run rollouts 0..n-1 on a thread pool; progress is called from this thread as each ends."""
-    traces: list[Trace | None] = [None] * n
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, n)), thread_name_prefix="rollout") as pool:
-        futures = {pool.submit(rollout, index): index for index in range(n)}
+    """Run rollouts 0..n-1 on a thread pool; progress is called from this thread as each ends.
+
+    `done` holds rollouts a crashed run already finished: they are returned, not run again.
+    """
+    traces: list[Trace | None] = [(done or {}).get(index) for index in range(n)]
+    todo = [index for index in range(n) if traces[index] is None]
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1)), thread_name_prefix="rollout") as pool:
+        futures = {pool.submit(rollout, index): index for index in todo}
         for future in as_completed(futures):
             index = futures[future]
             traces[index] = future.result()

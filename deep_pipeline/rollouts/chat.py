@@ -63,13 +63,14 @@ class ChatRunner:
         n: int,
         archive_dir: Path,
         progress: Progress | None = None,
+        done: dict[int, Trace] | None = None,
     ) -> list[Trace]:
         check_task_dir(task)
 
         def rollout(index: int) -> Trace:
             return self._rollout(index, Path(package_dir), skill_sha256, task, batch, Path(archive_dir))
 
-        return run_parallel(n, self.parallel, rollout, progress)
+        return run_parallel(n, self.parallel, rollout, progress, done)
 
     def _rollout(
         self, index: int, package_dir: Path, skill_sha256: str, task: RolloutTask, batch: str, archive_dir: Path

@@ -33,6 +33,7 @@ class ReplayRunner:
         n: int,
         archive_dir: Path,
         progress: Progress | None = None,
+        done: dict[int, Trace] | None = None,
     ) -> list[Trace]:
         check_task_dir(task)
         served = []
