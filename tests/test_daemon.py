@@ -1,0 +1,89 @@
+"""The daemon path for real: `start_compile` registers, the Dagster daemon's loop sensor
+carries the compile to its end in runs of their own processes.
+
+The judge and editor are a scripted OpenAI-compatible server on 127.0.0.1 (the runs are
+other processes, so an in-process litellm provider cannot reach them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from tests.compile_world import World, make_inputs
+from tests.scripted_openai_server import ScriptedOpenAIServer
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+class _Request:
+    """The scripted world's view of an OpenAI request body."""
+
+    def __init__(self, body: dict):
+        self.messages = body["messages"]
+        self.schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
+        self.text = "\n".join(str(m.get("content") or "") for m in self.messages)
+        self.unit_ids = list((self.schema or {}).get("required", []))
+
+
+def answer_with(world: World):
+    def turn(body: dict) -> dict:
+        request = _Request(body)
+        editing = "new_text" in (request.schema or {}).get("properties", {})
+        return {"content": json.dumps(world.editor(request) if editing else world.judge(request))}
+
+    return turn
+
+
+@pytest.mark.slow
+def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    skill, bundle = make_inputs(tmp_path)
+    env = {**os.environ, "DAGSTER_HOME": str(home), "OPENAI_API_KEY": "sk-test-dummy-key"}
+    env.pop("DEEP_PIPELINE_STORE", None)
+    with ScriptedOpenAIServer([answer_with(World(low={("s02-steps", "clarity"): 2}))] * 50) as server:
+        overrides = {"judge_model": "openai/judge", "judge_api_base": server.api_base, "editor_model": "openai/editor",
+                     "editor_api_base": server.api_base, "runner": "replay", "rollouts": 2}
+        config = {"ops": {"start_compile_op": {"config": {"skill_dir": str(skill), "bundle": str(bundle), "overrides": overrides}}}}
+        (tmp_path / "compile.yaml").write_text(yaml.safe_dump(config))
+        start = subprocess.run(
+            [str(BIN / "dagster"), "job", "execute", "-m", "deep_pipeline.definitions", "-j", "start_compile", "-c", str(tmp_path / "compile.yaml")],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+        )
+        assert start.returncode == 0, start.stderr[-2000:]
+        (key,) = [p.name for p in (home / "compiles").iterdir()]
+        daemon = subprocess.Popen(
+            [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO, env=env,
+            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "daemon.log", "w"), start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not (home / "compiles" / key / "report.json").is_file() and time.monotonic() < deadline:
+                time.sleep(2)
+        finally:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            daemon.wait(timeout=60)
+    report = json.loads((home / "compiles" / key / "report.json").read_text())
+    assert [d["reason"] for d in report["decisions"]] == ["target_improved_without_runtime_regression"]
+    os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        with dg.DagsterInstance.get() as instance:
+            runs = instance.get_run_records(dg.RunsFilter(tags={"deep/compile": key}))
+            assert {r.dagster_run.job_name for r in runs} == {"prepare_inputs", "score_matrix", "run_iteration", "finalize"}
+            assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+            assert len({r.dagster_run.tags.get("dagster/run_key") for r in runs}) == len(runs)  # no step twice
+    finally:
+        del os.environ["DAGSTER_HOME"]
