@@ -9,7 +9,7 @@ from deep_pipeline.assets.output import compile_report, final_skill
 from deep_pipeline.checks import candidate_keeps_structure, final_differs_only_in_skill_md, report_matches_decisions
 from deep_pipeline.engine.settings import load_deployment
 from deep_pipeline.jobs import ASSET_JOBS, compile_job, start_batch, start_compile
-from deep_pipeline.resources import CompileDefaultsResource, CompileStoreResource
+from deep_pipeline.resources import CompileDefaultsResource, CompileStoreResource, ProviderKeysResource
 from deep_pipeline.schedules import batch_schedule
 from deep_pipeline.sensors import compile_loop_sensor
 
@@ -32,7 +32,7 @@ defs = dg.Definitions(
     sensors=[compile_loop_sensor],
     schedules=[batch_schedule],
     resources={
-        "store": CompileStoreResource(),
+        "store": CompileStoreResource(provider_keys=ProviderKeysResource.from_environment()),
         "defaults": CompileDefaultsResource(),
     },
 )

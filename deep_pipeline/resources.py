@@ -17,17 +17,42 @@ def default_store_root() -> Path:
     return Path(env).resolve() if env else dagster_home() / "compiles"
 
 
+KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
+
+
+class ProviderKeysResource(dg.ConfigurableResource):
+    """Provider API keys as Dagster `EnvVar`s: the UI shows the variable, never the value.
+
+    They are handed to the model calls directly; none is ever written to a record,
+    metadata, a log or an agent's environment. Unset ones fall back to litellm's own
+    reading of the environment.
+    """
+
+    anthropic_api_key: str | None = None
+    openai_api_key: str | None = None
+    gemini_api_key: str | None = None
+
+    @classmethod
+    def from_environment(cls) -> "ProviderKeysResource":
+        """EnvVars for the keys set when the definitions load (an unset EnvVar fails every run)."""
+        return cls(**{f"{p}_api_key": dg.EnvVar(v) for p, v in KEY_VARIABLES.items() if os.environ.get(v)})
+
+    def by_provider(self) -> dict[str, str]:
+        return {p: getattr(self, f"{p}_api_key") for p in KEY_VARIABLES if getattr(self, f"{p}_api_key")}
+
+
 class CompileStoreResource(dg.ConfigurableResource):
     """The compile store. Empty `root` means `default_store_root()`."""
 
     root: str = ""
     replay: bool = False  # answer model calls only from the cache (deterministic re-runs)
+    provider_keys: ProviderKeysResource | None = None
 
     def root_path(self) -> Path:
         return Path(self.root).resolve() if self.root else default_store_root()
 
     def context(self, compile_key: str) -> StepContext:
-        return StepContext.open(self.root_path(), compile_key, replay=self.replay)
+        return StepContext.open(self.root_path(), compile_key, replay=self.replay, api_keys=self.provider_keys.by_provider() if self.provider_keys else None)
 
 
 class CompileDefaultsResource(dg.ConfigurableResource):

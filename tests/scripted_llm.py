@@ -45,6 +45,7 @@ class ScriptedRequest:
     model: str  # the name after "scripted/", e.g. "judge"
     messages: list[dict]
     params: dict = field(default_factory=dict)  # litellm's optional params: temperature, max_tokens, response_format…
+    api_key: str | None = field(default=None, repr=False)  # what litellm was handed (tests check keys travel)
 
     @property
     def response_format(self) -> dict | None:
@@ -146,7 +147,7 @@ class ScriptedLLM(CustomLLM):
         logging_obj, optional_params, acompletion=None, litellm_params=None, logger_fn=None, headers=None,
         timeout=None, client=None,
     ):
-        request = ScriptedRequest(model=model, messages=[dict(m) for m in messages], params=dict(optional_params))
+        request = ScriptedRequest(model=model, messages=[dict(m) for m in messages], params=dict(optional_params), api_key=api_key)
         with self._lock:
             self.requests.append(request)
             queue = self._queues.get(model)

@@ -81,3 +81,13 @@ def test_bad_settings_fail_before_anything_is_registered(tmp_path, home, scripte
 def test_resume_unknown_compile_is_a_clear_error(home, capsys):
     assert main(["resume", "nope-123456"]) == 2
     assert "no such compile" in capsys.readouterr().err
+
+
+def test_a_hosted_model_without_its_key_fails_before_registering(tmp_path, home, monkeypatch, capsys):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    skill, bundle = make_inputs(tmp_path)
+    code = main(["compile", str(skill), "--task", str(bundle), "--config", str(write_config(tmp_path)),
+                 "--judge-model", "anthropic/claude-sonnet-4-5"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "ANTHROPIC_API_KEY" in err and len(err.splitlines()) == 1
+    assert not (home / "compiles").exists() or not any((home / "compiles").iterdir())

@@ -240,3 +240,28 @@ def test_an_editor_that_never_answers_in_shape_is_a_rejection_not_a_dead_compile
     assert [d.reason for d in report.decisions][:2] == ["edit_validation_exhausted"] * 2
     edit = (env / "store" / record.key / "iterations" / "section-i00" / "edit.json").read_text()
     assert "gave no valid answer" in edit  # the failure is on record, attempt by attempt
+
+
+def test_a_resource_key_reaches_the_model_and_nothing_on_disk(env, scripted_llm):
+    secret = "sk-resource-secret-0123456789"
+    install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
+    skill, bundle = make_inputs(env / "in")
+    record = register_compile(env / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
+    report = run_inline(StepContext.open(env / "store", record.key, api_keys={"scripted": secret}))
+    assert report.decisions and all(r.api_key == secret for r in scripted_llm.requests)
+    leaked = [p for p in (env / "store").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+def test_provider_keys_resource_takes_env_vars_and_hands_them_to_steps(env, monkeypatch):
+    from deep_pipeline.resources import CompileStoreResource, ProviderKeysResource
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-000000")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    keys = ProviderKeysResource.from_environment()
+    assert keys.anthropic_api_key == "ANTHROPIC_API_KEY" and keys.openai_api_key is None  # the variable, not its value
+    skill, bundle = make_inputs(env / "in")
+    record = register_compile(env / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
+    with dg.build_resources({"store": CompileStoreResource(root=str(env / "store"), provider_keys=keys)}) as built:
+        ctx = built.store.context(record.key)
+    assert ctx.api_keys == {"anthropic": "sk-ant-test-000000"}  # resolved by Dagster when the run builds it

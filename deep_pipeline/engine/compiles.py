@@ -26,11 +26,11 @@ def check_models(config: CompileConfig) -> None:
     """An unknown runner or model name fails before anything is registered."""
     from deep_pipeline.engine.services import validate_model_name
 
-    roles = {"judge_model": config.judge_model, "editor_model": config.editor_model}
+    roles = {"judge": config.judge_model, "editor": config.editor_model}
     if config.runner in ("chat", "mini-swe-agent"):
-        roles["agent_model"] = config.agent_model
-    for field, model in roles.items():
-        validate_model_name(model, field)
+        roles["agent"] = config.agent_model
+    for role, model in roles.items():
+        validate_model_name(model, f"{role}_model", getattr(config, f"{role}_api_base"))
     if config.runner == "command" and not config.agent_command:
         raise InputError("config: agent_command: the command runner needs an agent command template")
 

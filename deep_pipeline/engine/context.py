@@ -20,14 +20,16 @@ from deep_pipeline.errors import StepError
 class StepContext:
     cdir: CompileDir
     replay: bool = False
+    api_keys: dict[str, str] = field(default_factory=dict, repr=False)
     _services: Services | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def open(cls, root: Path, key: str, *, services: Services | None = None, replay: bool = False) -> "StepContext":
+    def open(cls, root: Path, key: str, *, services: Services | None = None, replay: bool = False,
+             api_keys: dict[str, str] | None = None) -> "StepContext":
         cdir = CompileDir(root, key)
         cdir.require()
-        return cls(cdir=cdir, replay=replay, _services=services)
+        return cls(cdir=cdir, replay=replay, api_keys=dict(api_keys or {}), _services=services)
 
     @cached_property
     def record(self) -> CompileRecord:
@@ -43,7 +45,7 @@ class StepContext:
         # two Services would mean two budgets and two caps.
         with self._lock:
             if self._services is None:
-                self._services = build_services(self.cdir, self.record, replay=self.replay)
+                self._services = build_services(self.cdir, self.record, replay=self.replay, api_keys=self.api_keys)
             return self._services
 
     def dimension(self, name: str) -> Dimension:

@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # litellm is slow to import: keep it off the definitions' imp
     from deep_pipeline.rollouts.base import Runner
 
 
-def validate_model_name(model: str, field: str) -> None:
+def validate_model_name(model: str, field: str, api_base: str | None = None) -> None:
+    """Refuse an unknown model, or a hosted one whose key is not in the environment."""
     if model == "local":
         return
     from deep_pipeline.llm.client import load_litellm
@@ -37,6 +38,11 @@ def validate_model_name(model: str, field: str) -> None:
             f"config: {field}: unknown model {model!r} (expected 'local' or a litellm model string "
             f"such as 'anthropic/claude-sonnet-4-5' or 'openai/gpt-4o-mini')"
         ) from None
+    if api_base:
+        return  # a self-hosted endpoint: whether it wants a key is its own business
+    missing = [k for k in litellm.validate_environment(model).get("missing_keys", []) if k.endswith("_KEY")]
+    if missing:
+        raise InputError(f"config: {field}: model {model!r} needs {', '.join(missing)} in the environment")
 
 
 def dagster_home() -> Path:
@@ -53,7 +59,13 @@ class Services:
     runner: "Runner"
 
 
-def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = False) -> Services:
+def provider_of(model: str) -> str:
+    return model.split("/", 1)[0] if "/" in model else model
+
+
+def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = False,
+                   api_keys: dict[str, str] | None = None) -> Services:
+    """`api_keys` maps a provider ("anthropic", "openai", ...) to a key a resource handed over."""
     from deep_pipeline.llm.budget import Budget
     from deep_pipeline.llm.client import ModelClient, ModelSettings
     from deep_pipeline.rollouts.base import make_runner
@@ -66,7 +78,8 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
     def client(model: str, api_base: str | None, role: str) -> ModelClient:
         max_tokens = getattr(config, f"{role}_max_tokens")
         return ModelClient(
-            ModelSettings(model=model, api_base=api_base, max_tokens=max_tokens),
+            ModelSettings(model=model, api_base=api_base, max_tokens=max_tokens,
+                          api_key=(api_keys or {}).get(provider_of(model))),
             role,
             cache_dir=cdir.llm_cache,
             calls_log=cdir.calls_log,

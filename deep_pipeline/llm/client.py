@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from deep_pipeline.errors import AnswerError, StepError
 from deep_pipeline.llm.cache import ResponseCache, cache_key
@@ -51,6 +51,9 @@ class ModelSettings(BaseModel):
     temperature: float = 0.0
     max_tokens: int = 1024
     timeout_s: float = 120.0
+    # A provider key handed over by a Dagster resource; None = litellm reads the environment.
+    # Excluded from dumps, so it never reaches a cache key, a record or a log.
+    api_key: str | None = Field(default=None, repr=False, exclude=True)
 
 
 class CallRecord(BaseModel):
@@ -248,7 +251,7 @@ class ModelClient:
     def _target(self, messages: list[dict]) -> tuple[str, str | None, str | None]:
         """(litellm model string, api_base, api_key); keys otherwise come from the environment."""
         if not self.is_local:
-            return self.settings.model, self.settings.api_base, None
+            return self.settings.model, self.settings.api_base, self.settings.api_key
         from deep_pipeline.llm.local_model import check_prompt_fits, ensure_local_server
 
         server = ensure_local_server(self.local_home)
