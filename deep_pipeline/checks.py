@@ -1,7 +1,13 @@
 """Asset checks. Each has `partitions_def=`: without it a check loads every partition."""
 
 
+import warnings
+
 import dagster as dg
+
+# `partitions_def` on an asset check is a Dagster preview; it is what keeps a check from
+# loading every partition (DESIGN.md), so it is used on purpose.
+warnings.filterwarnings("ignore", category=dg.PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")
 
 from deep_pipeline.assets.iteration import candidate_package
 from deep_pipeline.assets.output import compile_report, final_skill

@@ -25,6 +25,9 @@ from deep_pipeline.planning import plan_next_run
 from deep_pipeline.store import read_model
 
 
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
 def register(instance: dg.DagsterInstance, root: Path, skill_dir: Path, bundle: Path, overrides: dict[str, Any],
              origin: str = "config", announce: bool = True) -> tuple[CompileRecord, bool]:
     """Register a compile. Returns (record, newly created).
@@ -71,6 +74,7 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str, defs: dg.Definitio
                 instance.add_dynamic_partitions(planned.partitions_def, [planned.partition_key])
             result = defs.resolve_job_def(planned.job_name).execute_in_process(
                 partition_key=planned.partition_key, instance=instance, tags=planned.tags(key), raise_on_error=False,
+                run_config=QUIET_CONSOLE,  # the event log keeps every event; the terminal gets our progress lines
             )
             if not result.success:
                 raise StepError(f"{planned.job_name} run {result.run_id} for {planned.partition_key} failed: {_failure(result)}")
