@@ -32,8 +32,8 @@ def setup(tmp_path, scripted_llm):
 
 
 def tick(instance, root, cursor=None):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"store": CompileStoreResource(root=str(root))})
-    return compile_loop_sensor(context), context
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"store": CompileStoreResource(root=str(root))}) as context:
+        return compile_loop_sensor(context), context
 
 
 def test_new_compile_gets_its_inputs_run_then_nothing_until_something_changes(setup):
