@@ -25,7 +25,8 @@ from deep_pipeline.planning import plan_next_run
 from deep_pipeline.store import read_model
 
 
-QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# The event log keeps every event; the terminal gets our progress lines and one error line.
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def register(instance: dg.DagsterInstance, root: Path, skill_dir: Path, bundle: Path, overrides: dict[str, Any],
@@ -74,9 +75,11 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str, defs: dg.Definitio
                 instance.add_dynamic_partitions(planned.partitions_def, [planned.partition_key])
             result = defs.resolve_job_def(planned.job_name).execute_in_process(
                 partition_key=planned.partition_key, instance=instance, tags=planned.tags(key), raise_on_error=False,
-                run_config=QUIET_CONSOLE,  # the event log keeps every event; the terminal gets our progress lines
+                run_config=QUIET_CONSOLE,
             )
             if not result.success:
+                if _interrupted(result):
+                    raise KeyboardInterrupt
                 raise StepError(f"{planned.job_name} run {result.run_id} for {planned.partition_key} failed: {_failure(result)}")
             if progress:
                 progress(describe_step(ctx, planned))
@@ -99,11 +102,25 @@ def describe_step(ctx: StepContext, planned) -> str:
     return f"{planned.action} {planned.partition_key} done {tail}"
 
 
-def _failure(result) -> str:
+def _interrupted(result) -> bool:
+    names = {"KeyboardInterrupt", "DagsterExecutionInterruptedError"}
     for event in result.all_events:
-        if event.is_failure and event.step_failure_data is not None:
+        error = event.step_failure_data.error if event.is_step_failure else None
+        while error is not None:
+            if error.cls_name in names:
+                return True
+            error = error.cause
+    return False
+
+
+def _failure(result) -> str:
+    """The innermost cause of the failed step: ours (StepError, InputError), not Dagster's wrapper."""
+    for event in result.all_events:
+        if event.is_step_failure:
             error = event.step_failure_data.error
-            return error.message.strip().splitlines()[-1] if error else "step failed"
+            while error is not None and error.cause is not None:
+                error = error.cause
+            return " ".join(error.message.split()) if error else "step failed"
     return "run failed"
 
 

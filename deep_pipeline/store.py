@@ -49,12 +49,23 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Read once at import: setting the umask is process-wide, so never toggle it under threads.
+_UMASK = _read_umask()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temp file in the same folder, fsync, rename: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; records are ordinary files
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -105,6 +116,16 @@ def package_hash(root: Path) -> str:
     return digest.hexdigest()
 
 
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(Path(root).rglob("*"), reverse=True):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        elif path.is_dir():
+            _fsync_dir(path)
+    _fsync_dir(Path(root))
+
+
 def atomic_copy_tree(src: Path, dst: Path, replace: dict[str, bytes] | None = None) -> None:
     """Copy a package to `dst` through a temp folder and one rename.
 
@@ -121,6 +142,7 @@ def atomic_copy_tree(src: Path, dst: Path, replace: dict[str, bytes] | None = No
         shutil.copytree(src, tmp, symlinks=False)
         for rel, data in (replace or {}).items():
             (tmp / rel).write_bytes(data)
+        _fsync_tree(tmp)  # an existing copy is trusted as finished: its files must be on disk
         os.replace(tmp, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -91,3 +91,28 @@ def test_a_hosted_model_without_its_key_fails_before_registering(tmp_path, home,
     err = capsys.readouterr().err.strip()
     assert code == 2 and "ANTHROPIC_API_KEY" in err and len(err.splitlines()) == 1
     assert not (home / "compiles").exists() or not any((home / "compiles").iterdir())
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"runner": "command", "agent_command": 'claude "unclosed'}, {"runner": "replay", "_empty_bundle": True}],
+)
+def test_bad_runner_settings_touch_nothing(tmp_path, home, capsys, extra):
+    skill, bundle = make_inputs(tmp_path)
+    if extra.pop("_empty_bundle", False):
+        data = json.loads(bundle.read_text())
+        bundle.write_text(json.dumps({**data, "traces": []}))
+    code = main(["compile", str(skill), "--task", str(bundle), "--config", str(write_config(tmp_path, **extra))])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert list(home.iterdir()) == []  # not even Dagster's own folders
+
+
+def test_a_failing_step_ends_in_one_line_naming_the_cause(tmp_path, home, scripted_llm, capsys):
+    install_world(scripted_llm, World())
+    scripted_llm.always("judge", lambda req: (_ for _ in ()).throw(ValueError("judge exploded")))
+    skill, bundle = make_inputs(tmp_path)
+    code = main(["compile", str(skill), "--task", str(bundle), "--config", str(write_config(tmp_path)), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1
+    assert len(err.splitlines()) == 1 and "judge" in err, err

@@ -46,3 +46,11 @@ def test_command_runner_agent_is_named_as_its_traces_name_it():
     assert agent_name(rec.config, rec) == "my_agent.py"
     rec = record(runner="command", agent_command="claude -p {prompt} --output-format stream-json")
     assert agent_name(rec.config, rec) == "claude"
+
+
+@pytest.mark.parametrize("bad", ["../../escaped", "/tmp/abs", ".hidden", "a/b", ""])
+def test_a_trace_id_cannot_name_a_path(bad):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        Trace(trace_id=bad)

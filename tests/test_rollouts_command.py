@@ -205,3 +205,18 @@ def test_bad_templates_are_input_errors(template, message):
 def test_command_config_without_a_command_is_refused():
     with pytest.raises(InputError, match="agent_command"):
         make_runner(CompileConfig(runner="command", agent_model="anthropic/x"))
+
+
+def test_agent_that_closes_its_output_is_waited_for(tmp_path):
+    import time
+
+    from deep_pipeline.rollouts.process import run_process
+    from deep_pipeline.rollouts.sandbox import SandboxLimits
+
+    flag = tmp_path / "done_flag"
+    script = Path(__file__).parent / "agents" / "closes_stdout.sh"
+    started = time.monotonic()
+    result = run_process(["sh", str(script), str(flag)], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                         limits=SandboxLimits(timeout_s=20, idle_timeout_s=20))
+    assert flag.exists() and time.monotonic() - started >= 1
+    assert result.returncode == 0

@@ -44,6 +44,12 @@ def _home() -> Path:
     """DAGSTER_HOME, defaulting to the repository's dagster_home/ made absolute."""
     home = Path(os.environ.get("DAGSTER_HOME") or REPO_ROOT / "dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        # A new home gets ours (telemetry off, the llm pool, one run per compile).
+        from deep_pipeline.store import atomic_write_bytes
+
+        atomic_write_bytes(config, (REPO_ROOT / "dagster_home" / "dagster.yaml").read_bytes())
     os.environ["DAGSTER_HOME"] = str(home)
     return home
 
@@ -69,11 +75,16 @@ def _compile(args: argparse.Namespace) -> int:
     from deep_pipeline.launcher import register as register_compile
     from deep_pipeline.resources import default_store_root
 
+    from deep_pipeline.engine.compiles import check_inputs
+    from deep_pipeline.engine.settings import effective_config, load_deployment
+
     overrides = _overrides(args)
+    origin = str(args.config or "options")
+    # Bad input is refused before DAGSTER_HOME is touched.
+    check_inputs(args.skill_dir, args.task, effective_config(load_deployment(), overrides, origin))
     instance = _instance()
     root = default_store_root()
-    record, new = register_compile(instance, root, args.skill_dir, args.task, overrides, str(args.config or "options"),
-                                   announce=False)
+    record, new = register_compile(instance, root, args.skill_dir, args.task, overrides, origin, announce=False)
     _say(args, f"{'registered' if new else 'resuming'} compile {record.key} in {root / record.key}")
     return _drive(args, instance, root, record.key)
 

@@ -182,11 +182,33 @@ def _fill_prompts(traces: list[Trace], prompt: str) -> list[Trace]:
     return [t if t.prompt.strip() else t.model_copy(update={"prompt": prompt}) for t in traces]
 
 
+def _check_output(output: Path) -> None:
+    """Refuse an -o that names a folder, or sits under something that is not a folder."""
+    try:
+        if output.is_dir():
+            raise InputError(f"{output}: is a folder; -o names the bundle file to write (e.g. {output / 'bundle.json'})")
+        for parent in output.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise InputError(f"{output}: cannot write: {parent} is not a folder")
+                break
+    except OSError as exc:
+        raise InputError(f"{output}: cannot write: {exc.strerror or exc}") from None
+
+
+def _write_bundle(output: Path, bundle: TaskBundle) -> None:
+    try:
+        atomic_write_json(output, bundle.model_dump(mode="json", exclude_none=False))
+    except OSError as exc:
+        raise InputError(f"{output}: cannot write: {exc.strerror or exc}") from None
+
+
 def import_command(args: argparse.Namespace) -> int:
     from deep_pipeline.traces.detect import import_sources
 
     if args.into is not None and (args.task_name or args.prompt is not None or args.prompt_file or args.task_dir):
         raise InputError("--into keeps the existing bundle's task; drop --task-name/--prompt/--task-dir")
+    _check_output(args.output)
     same_file = args.into is not None and args.into.resolve() == args.output.resolve()
     if args.output.exists() and not (same_file or args.force):
         raise InputError(f"{args.output}: already exists; use --into {args.output} to add to it, or --force")
@@ -202,7 +224,7 @@ def import_command(args: argparse.Namespace) -> int:
     traces = _fill_prompts([item.trace for item in imported], base["prompt"])
     base["traces"] = base["traces"] + [t.model_dump(mode="json") for t in traces]
     bundle: TaskBundle = validate_bundle(base, str(args.output))
-    atomic_write_json(args.output, bundle.model_dump(mode="json", exclude_none=False))
+    _write_bundle(args.output, bundle)
     print(f"{args.output}: {bundle.task_name}, {len(traces)} trace{'s' if len(traces) != 1 else ''} imported "
           f"({len(bundle.traces)} in the bundle)")
     return 0

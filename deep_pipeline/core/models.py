@@ -76,7 +76,8 @@ class TraceStep(Record):
 class Trace(Record):
     """One rollout of an agent on the task with one SKILL.md."""
 
-    trace_id: str
+    # It names a file in the compile store: no separators, no leading dot.
+    trace_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     batch: str = "input"
     skill_sha256: str | None = None
     agent: str | None = None

@@ -33,16 +33,28 @@ def check_models(config: CompileConfig) -> None:
         validate_model_name(model, f"{role}_model", getattr(config, f"{role}_api_base"))
     if config.runner == "command" and not config.agent_command:
         raise InputError("config: agent_command: the command runner needs an agent command template")
+    if config.runner == "command":
+        from deep_pipeline.rollouts.command import split_template
+
+        split_template(config.agent_command)  # a template that cannot be split fails now, not mid-compile
 
 
-def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: CompileConfig) -> CompileRecord:
-    """Register (or find) the compile of this skill, bundle and config. Idempotent."""
+def check_inputs(skill_dir: Path, bundle_path: Path, config: CompileConfig):
+    """Everything a compile needs, checked before anything is written: (skill, loaded bundle)."""
     from deep_pipeline.inputs.bundle import load_bundle
     from deep_pipeline.inputs.skill import load_skill
 
     skill = load_skill(Path(skill_dir))
     loaded = load_bundle(Path(bundle_path))
     check_models(config)
+    if config.runner == "replay" and not loaded.bundle.traces:
+        raise InputError(f"{bundle_path}: traces: the replay runner needs at least one trace in the bundle")
+    return skill, loaded
+
+
+def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: CompileConfig) -> CompileRecord:
+    """Register (or find) the compile of this skill, bundle and config. Idempotent."""
+    skill, loaded = check_inputs(skill_dir, bundle_path, config)
     identity = compile_identity(skill.package_hash, loaded.bundle_hash, config)
     key = compile_key(skill.name, identity)
     cdir = CompileDir(root, key)

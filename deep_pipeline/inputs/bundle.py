@@ -85,11 +85,20 @@ def validate_bundle(data: Any, label: str) -> TaskBundle:
 def resolve_task_dir(task_dir: str | None, bundle_path: Path, label: str) -> Path | None:
     if task_dir is None:
         return None
-    resolved = (Path(bundle_path).parent / task_dir).resolve()
-    if not resolved.exists():
-        raise InputError(f"{label}: task_dir: {task_dir!r} does not exist (resolved to {resolved})")
-    if not resolved.is_dir():
-        raise InputError(f"{label}: task_dir: {task_dir!r} is not a folder (resolved to {resolved})")
+    shown = repr(task_dir) if len(task_dir) <= 200 else repr(task_dir[:200]) + "…"
+    try:
+        resolved = (Path(bundle_path).parent / task_dir).resolve()
+        exists, is_dir = resolved.exists(), resolved.is_dir()
+    except ValueError:  # a NUL byte in the path
+        raise InputError(f"{label}: task_dir: {shown} is not a usable path (it holds a NUL byte)") from None
+    except RuntimeError:  # Python < 3.13 on a symlink loop
+        raise InputError(f"{label}: task_dir: {shown} is a symlink loop") from None
+    except OSError as exc:  # too long, a loop (3.13), no permission, ...
+        raise InputError(f"{label}: task_dir: {shown} cannot be used: {exc.strerror or exc}") from None
+    if not exists:
+        raise InputError(f"{label}: task_dir: {shown} does not exist (resolved to {resolved})")
+    if not is_dir:
+        raise InputError(f"{label}: task_dir: {shown} is not a folder (resolved to {resolved})")
     return resolved
 
 

@@ -63,6 +63,13 @@ def parse_json(text: str, label: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{label}: line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(f"{label}: invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python will convert
+        reason = " ".join(str(exc).split())[:200]
+        if "digits" in reason:
+            reason = "a number has too many digits (at most 4300)"
+        raise InputError(f"{label}: invalid JSON: {reason}") from None
 
 
 def load_json_file(path: Path) -> tuple[bytes, Any]:

@@ -8,9 +8,10 @@ A compile refuses a package (InputError, one line naming the file) when:
 - SKILL.md is empty, not UTF-8 (the byte offset is given), starts with a byte order
   mark, or holds a NUL byte;
 - any file or folder of the package is a symlink that resolves outside the package,
-  dangles, or loops;
+  dangles, or loops, or is neither a file nor a folder (a FIFO, socket or device);
 - the front matter is missing (a skill needs `name` and `description`), unclosed,
-  not valid YAML (the line is given), or not a mapping;
+  not valid YAML (the line is given), not a mapping, or has a key that is not a
+  string (`1: x`);
 - `name` or `description` is absent or not a string; `description` is blank;
 - `name` breaks the Agent Skills rule: 1-64 characters of `a-z`, `0-9` and `-`, no
   leading, trailing or doubled hyphen.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +61,34 @@ class SkillPackage(BaseModel):
     skill_sha256: str
 
 
+def _check_regular(path: Path) -> None:
+    """Refuse a FIFO, socket or device: it cannot be hashed or copied with the package."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(f"{path}: {_special_kind(mode)} in the package; expected only files and folders")
+
+
+def _special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    return "not a regular file"
+
+
 def _check_links(root: Path) -> None:
-    """Refuse symlinks that leave the package, dangle or loop (SPEC §2)."""
+    """Refuse symlinks that leave the package, dangle or loop, and entries that are
+    neither files nor folders (SPEC §2)."""
     for folder, dirs, files in os.walk(root, followlinks=False):
         for entry in sorted(dirs + files):
             path = Path(folder) / entry
             if not path.is_symlink():
+                _check_regular(path)
                 continue
             target = os.readlink(path)
             try:
@@ -128,6 +152,10 @@ def _parse_front_matter(text: str, label: str) -> dict[str, Any]:
         raise InputError(f"{label}: {where}front matter is not valid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise InputError(f"{label}: front matter is {_kind(data)}; expected a mapping with name and description")
+    for key in data:
+        if not isinstance(key, str):
+            raise InputError(f"{label}: front matter key {str(key)[:60]!r} is {_kind(key)}; keys must be strings "
+                             "(quote it)")
     return data
 
 

@@ -147,7 +147,8 @@ def _pump(proc: subprocess.Popen, streams: dict, limits: SandboxLimits, started:
     last_output = started
     exited_at: float | None = None
     try:
-        while selector.get_map():
+        # Until the agent has exited, not just its pipes: one may close stdout and go on working.
+        while selector.get_map() or proc.poll() is None:
             now = time.monotonic()
             if now - started > limits.timeout_s:
                 return "timeout"
@@ -157,6 +158,9 @@ def _pump(proc: subprocess.Popen, streams: dict, limits: SandboxLimits, started:
                 exited_at = now
             if exited_at is not None and now - exited_at > EXIT_DRAIN_S:
                 return None
+            if not selector.get_map():
+                time.sleep(0.1)
+                continue
             for key, _ in selector.select(timeout=0.1):
                 chunk = os.read(key.fileobj.fileno(), 65536)
                 if chunk:

@@ -10,10 +10,12 @@ looked for.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from deep_pipeline.core.models import Trace
 from deep_pipeline.errors import InputError
@@ -48,6 +50,36 @@ class ImportedTrace(BaseModel):
     prompt: str | None = None  # a bundle's prompt, when imported from a bundle
 
 
+# What a reader raises when a field holds JSON of the wrong shape (a string where an
+# object belongs, a number too large for a float, ...).
+_SHAPE_ERRORS = (AttributeError, TypeError, ValueError, OverflowError, ValidationError, KeyError, IndexError)
+_REASON_MAX = 200
+
+
+def _short_reason(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        text = f"{where}: {first['msg']}" if where else first["msg"]
+    else:
+        text = str(exc) or type(exc).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= _REASON_MAX else text[: _REASON_MAX - 1] + "…"
+
+
+@contextmanager
+def _reading(path: Path, format_name: str) -> Iterator[None]:
+    """Turn a reader's crash on wrongly shaped JSON into one line naming the path and format."""
+    try:
+        yield
+    except InputError:
+        raise
+    except RecursionError:
+        raise InputError(f"{path}: not a valid {format_name}: nested too deeply") from None
+    except _SHAPE_ERRORS as exc:
+        raise InputError(f"{path}: not a valid {format_name}: {_short_reason(exc)}") from None
+
+
 def _unknown(path: Path, why: str = "") -> InputError:
     return InputError(f"{path}: unknown trace format{why}; looked for: {'; '.join(FORMATS)}")
 
@@ -67,11 +99,13 @@ def _result_task(folder: Path) -> str | None:
 
 def _rollout_folder(folder: Path) -> ImportedTrace | None:
     if (folder / "result.json").is_file() and (folder / benchflow.TRAJECTORY).is_file():
-        return ImportedTrace(trace=benchflow.import_benchflow(folder), source=folder, format="benchflow",
-                             task_name=_result_task(folder))
+        with _reading(folder, "BenchFlow rollout"):
+            return ImportedTrace(trace=benchflow.import_benchflow(folder), source=folder, format="benchflow",
+                                 task_name=_result_task(folder))
     if harbor.is_harbor_trial(folder):
-        return ImportedTrace(trace=harbor.import_harbor(folder), source=folder, format="harbor",
-                             task_name=_result_task(folder))
+        with _reading(folder, "Harbor trial"):
+            return ImportedTrace(trace=harbor.import_harbor(folder), source=folder, format="harbor",
+                                 task_name=_result_task(folder))
     return None
 
 
@@ -98,16 +132,19 @@ def _miniswe(path: Path, data: dict[str, Any]) -> Trace:
 
 def _from_json(path: Path, data: Any) -> list[ImportedTrace]:
     if native.is_bundle(data) or native.is_trace(data) or native.is_trace_list(data):
-        traces, bundle = native.traces_from_json(path, data)
+        with _reading(path, "Trace / task bundle JSON"):
+            traces, bundle = native.traces_from_json(path, data)
         return [ImportedTrace(trace=t, source=path, format="task-bundle" if bundle else "native-json",
                               task_name=bundle.task_name if bundle else None,
                               prompt=bundle.prompt if bundle else None) for t in traces]
     if atif.is_atif(data):
-        return [ImportedTrace(trace=atif.import_atif(path, data), source=path, format="atif")]
+        with _reading(path, "ATIF trace"):
+            return [ImportedTrace(trace=atif.import_atif(path, data), source=path, format="atif")]
     if isinstance(data, dict) and isinstance(data.get("messages"), list) and (
         "trajectory_format" in data or "info" in data
     ):
-        return [ImportedTrace(trace=_miniswe(path, data), source=path, format="mini-swe-agent")]
+        with _reading(path, "mini-swe-agent trace"):
+            return [ImportedTrace(trace=_miniswe(path, data), source=path, format="mini-swe-agent")]
     raise _unknown(path)
 
 
@@ -125,18 +162,23 @@ def _first_object(text: str) -> dict[str, Any] | None:
 def _from_lines(path: Path, text: str) -> list[ImportedTrace]:
     first = _first_object(text)
     if first is None or native.is_trace(first):
-        return [ImportedTrace(trace=t, source=path, format="native-jsonl") for t in native.traces_from_jsonl(path, text)]
+        with _reading(path, "Trace JSONL"):
+            traces = native.traces_from_jsonl(path, text)
+        return [ImportedTrace(trace=t, source=path, format="native-jsonl") for t in traces]
     _, kind = benchflow.event_kind(first)
     if kind in benchflow.ACP_KINDS:
-        events = benchflow.read_acp_events(path)
-        trace = benchflow.trace_from_acp_events(events, trace_id=_stem(path))
+        with _reading(path, "ACP event stream"):
+            events = benchflow.read_acp_events(path)
+            trace = benchflow.trace_from_acp_events(events, trace_id=_stem(path))
         return [ImportedTrace(trace=trace, source=path, format="acp-jsonl")]
     if first.get("type") in _CLAUDE_TYPES:
-        parsed = parse_claude_stream(text, origin=str(path))
-        trace = Trace(trace_id=_stem(path), agent="claude-code", prompt=first_text(parsed.steps, "user"),
-                      steps=parsed.steps, final_output=parsed.final_output,
-                      error_category="agent_error" if parsed.is_error else None, prompt_tokens=parsed.prompt_tokens,
-                      completion_tokens=parsed.completion_tokens, cost_usd=parsed.cost_usd)
+        with _reading(path, "Claude Code stream-json trace"):
+            parsed = parse_claude_stream(text, origin=str(path))
+            trace = Trace(trace_id=_stem(path), agent="claude-code", prompt=first_text(parsed.steps, "user"),
+                          steps=parsed.steps, final_output=parsed.final_output,
+                          error_category="agent_error" if parsed.is_error else None,
+                          prompt_tokens=parsed.prompt_tokens, completion_tokens=parsed.completion_tokens,
+                          cost_usd=parsed.cost_usd)
         return [ImportedTrace(trace=trace, source=path, format="claude-stream-json")]
     raise _unknown(path, " (JSON lines of an unknown kind)")
 
@@ -159,16 +201,21 @@ def _import_file(path: Path) -> list[ImportedTrace]:
     return _from_json(path, parsed)
 
 
+def _import_path(path: Path) -> list[ImportedTrace]:
+    # The readers below name their format; this is the catch-all for what slips past them.
+    with _reading(path, "trace file or rollout folder"):
+        if path.is_dir():
+            return _import_folder(path)
+        if path.exists():
+            return _import_file(path)
+    raise InputError(f"{path}: no such file or folder")
+
+
 def import_sources(paths: list[Path]) -> list[ImportedTrace]:
     """Every trace found at `paths`, in order; duplicate trace ids are an error."""
     imported: list[ImportedTrace] = []
     for path in map(Path, paths):
-        if path.is_dir():
-            imported.extend(_import_folder(path))
-        elif path.exists():
-            imported.extend(_import_file(path))
-        else:
-            raise InputError(f"{path}: no such file or folder")
+        imported.extend(_import_path(path))
     seen: dict[str, Path] = {}
     for item in imported:
         trace_id = item.trace.trace_id
