@@ -220,3 +220,26 @@ def test_agent_that_closes_its_output_is_waited_for(tmp_path):
                          limits=SandboxLimits(timeout_s=20, idle_timeout_s=20))
     assert flag.exists() and time.monotonic() - started >= 1
     assert result.returncode == 0
+
+
+def test_an_interrupted_batch_stops_its_running_agents_at_once(tmp_path):
+    import pytest as _pytest
+
+    from deep_pipeline.core.models import Trace
+    from deep_pipeline.rollouts.base import run_parallel
+    from deep_pipeline.rollouts.process import run_process
+    from deep_pipeline.rollouts.sandbox import SandboxLimits
+
+    def rollout(index: int) -> Trace:
+        seconds = "0.2" if index == 0 else "60"
+        run_process(["sleep", seconds], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                    limits=SandboxLimits(timeout_s=90, idle_timeout_s=90))
+        return Trace(trace_id=f"b-r{index}")
+
+    def interrupt(index, trace):
+        raise KeyboardInterrupt  # Ctrl-C while two agents still run
+
+    started = time.monotonic()
+    with _pytest.raises(KeyboardInterrupt):
+        run_parallel(3, 3, rollout, interrupt)
+    assert time.monotonic() - started < 15  # not the agents' 60 s

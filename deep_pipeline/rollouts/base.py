@@ -85,15 +85,24 @@ def run_parallel(
 
     `done` holds rollouts a crashed run already finished: they are returned, not run again.
     """
+    from deep_pipeline.rollouts.process import CANCEL
+
     traces: list[Trace | None] = [(done or {}).get(index) for index in range(n)]
     todo = [index for index in range(n) if traces[index] is None]
+    CANCEL.clear()
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1)), thread_name_prefix="rollout") as pool:
         futures = {pool.submit(rollout, index): index for index in todo}
-        for future in as_completed(futures):
-            index = futures[future]
-            traces[index] = future.result()
-            if progress is not None:
-                progress(index, traces[index])
+        try:
+            for future in as_completed(futures):
+                index = futures[future]
+                traces[index] = future.result()
+                if progress is not None:
+                    progress(index, traces[index])
+        except BaseException:
+            CANCEL.set()  # stop the agents still running; their traces are not stored
+            for future in futures:
+                future.cancel()
+            raise
     return [trace for trace in traces if trace is not None]
 
 

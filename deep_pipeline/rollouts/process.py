@@ -14,6 +14,7 @@ import secrets
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,7 @@ class ProcessResult:
     stdout: CappedStream
     stderr: CappedStream
     duration_s: float
-    limit: Literal["timeout", "idle_timeout"] | None = None
+    limit: Literal["timeout", "idle_timeout", "cancelled"] | None = None
     start_error: str | None = None
     leftover_pids: list[int] = field(default_factory=list)  # survived even SIGKILL
 
@@ -134,6 +135,11 @@ def run_process(argv: list[str], *, cwd: Path, env: dict[str, str], limits: Sand
     return ProcessResult(returncode, out, err, time.monotonic() - started, limit=limit, leftover_pids=leftovers)
 
 
+# Set when the batch is interrupted (Ctrl-C): every running agent is stopped at once
+# instead of being waited for until its own timeout.
+CANCEL = threading.Event()
+
+
 def _pump(proc: subprocess.Popen, streams: dict, limits: SandboxLimits, started: float) -> str | None:
     """Read both pipes until EOF or a limit; returns the limit hit, if any.
 
@@ -150,6 +156,8 @@ def _pump(proc: subprocess.Popen, streams: dict, limits: SandboxLimits, started:
         # Until the agent has exited, not just its pipes: one may close stdout and go on working.
         while selector.get_map() or proc.poll() is None:
             now = time.monotonic()
+            if CANCEL.is_set():
+                return "cancelled"
             if now - started > limits.timeout_s:
                 return "timeout"
             if exited_at is None and now - last_output > limits.idle_timeout_s:
