@@ -1,6 +1,6 @@
 """Jobs: one per kind of step, plus `start_compile`, `compile` and `start_batch`.
 
-The asset jobs use the in-process executor: an iteration is a sequence of five steps
+The asset jobs (partitioned as their assets are) use the in-process executor: an iteration is a sequence of five steps
 and the multiprocess executor costs ~3 s per step here (DESIGN "Facts measured here").
 """
 
@@ -11,24 +11,23 @@ from deep_pipeline.assets.inputs import input_traces
 from deep_pipeline.assets.iteration import candidate_edit, candidate_package, candidate_rollouts, comparison, decision
 from deep_pipeline.assets.output import compile_report, final_skill
 from deep_pipeline.ops import compile_op, start_batch_op, start_compile_op
-from deep_pipeline.partitions import compiles_partitions, iterations_partitions, matrices_partitions
 
 prepare_inputs_job = dg.define_asset_job(
-    "prepare_inputs", selection=[input_traces], partitions_def=compiles_partitions, executor_def=dg.in_process_executor,
+    "prepare_inputs", selection=[input_traces], executor_def=dg.in_process_executor,
     description="The incumbent's traces of one compile.",
 )
 score_matrix_job = dg.define_asset_job(
-    "score_matrix", selection=dg.AssetSelection.groups("matrix"), partitions_def=matrices_partitions,
+    "score_matrix", selection=dg.AssetSelection.groups("matrix"),
     executor_def=dg.in_process_executor, description="Score one matrix: every column, then level_matrix.",
 )
 iteration_job = dg.define_asset_job(
     "run_iteration",
     selection=[candidate_edit, candidate_package, candidate_rollouts, comparison, decision],
-    partitions_def=iterations_partitions, executor_def=dg.in_process_executor,
+    executor_def=dg.in_process_executor,
     description="One iteration: edit, candidate, rollouts, comparison, decision.",
 )
 finalize_job = dg.define_asset_job(
-    "finalize", selection=[final_skill, compile_report], partitions_def=compiles_partitions,
+    "finalize", selection=[final_skill, compile_report],
     executor_def=dg.in_process_executor, description="Write S_final and the report.",
 )
 
