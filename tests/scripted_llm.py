@@ -24,7 +24,7 @@ import json
 import threading
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from pydantic import BaseModel

@@ -15,9 +15,6 @@ import pytest
 
 from deep_pipeline.cli import main
 from tests.test_cli_inputs import (
-    FIXTURES,
-    GOOD,
-    SKILL,
     TRACE,
     TRACES,
     Case,

@@ -119,27 +119,17 @@ class CompileDir:
         files = sorted((self.path / "iterations").glob("*/decision.json"))
         return [read_model(f, DecisionRecord) for f in files]
 
-    def usage_by_role(self) -> tuple[dict[str, Usage], Usage]:
-        """Every real model call so far, per role and in total (cache hits are not calls)."""
-        from deep_pipeline.llm.accounting import read_calls, usage_by_role
+    def calls(self) -> list:
+        """Every real model call so far (llm/calls.jsonl; a line cut by a crash is skipped)."""
+        from deep_pipeline.llm.accounting import read_calls
 
-        roles = {
-            role: Usage.model_validate(totals.model_dump(include=set(Usage.model_fields)))
-            for role, totals in usage_by_role(read_calls(self.calls_log)).items()
-        }
-        total = Usage()
-        for usage in roles.values():
-            total = total.add(usage)
-        return roles, total
+        return read_calls(self.calls_log)
+
+    def usage_by_role(self) -> tuple[dict[str, Usage], Usage]:
+        return totals_by_role(self.calls())
 
     def usage(self) -> Usage:
         return self.usage_by_role()[1]
-
-    def spent_usd(self) -> float:
-        """USD of the calls whose cost is known: what the budget counts (an unpriced call adds nothing)."""
-        from deep_pipeline.llm.accounting import read_calls
-
-        return sum(r.cost_usd or 0.0 for r in read_calls(self.calls_log) if not r.cache_hit)
 
     def history(self) -> History:
         """The compile's history: its matrices and decisions in the order they happened."""
@@ -147,33 +137,33 @@ class CompileDir:
         events = [(m.seq, m.matrix) for m in self.matrix_records()]
         events += [(d.seq, d.decision) for d in self.decision_records()]
         events.sort(key=lambda pair: pair[0])
-        usage = self.usage()
+        calls = self.calls()  # read once: both the call count and the spend come from it
         return History(
             skill_text=self.skill_text(),
             input_batch="input" if self.has_batch("input") else None,
             events=[event for _, event in events],
-            calls=usage.calls,
-            usd=self.spent_usd(),
+            calls=totals_by_role(calls)[1].calls,
+            # What the budget counts: known costs only (an unpriced call adds nothing).
+            usd=sum(r.cost_usd or 0.0 for r in calls if not r.cache_hit),
             budget_stop=self.budget_stop_path.is_file(),
             finalized=self.report_path.is_file(),
         )
 
 
-def usage_of_call(call: dict) -> Usage:
-    if call.get("cache_hit"):
-        return Usage()
-    return Usage(
-        calls=1,
-        prompt_tokens=call.get("prompt_tokens") or 0,
-        completion_tokens=call.get("completion_tokens") or 0,
-        cached_tokens=call.get("cached_tokens") or 0,
-        cost_usd=call.get("cost_usd"),
-    )
+def totals_by_role(calls: list) -> tuple[dict[str, Usage], Usage]:
+    """Model-call totals per role and in all, from the model layer's own accounting."""
+    from deep_pipeline.llm.accounting import usage_by_role
+
+    roles = {
+        role: Usage.model_validate(totals.model_dump(include=set(Usage.model_fields)))
+        for role, totals in usage_by_role(list(calls)).items()
+    }
+    total = Usage()
+    for usage in roles.values():
+        total = total.add(usage)
+    return roles, total
 
 
 def usage_of_calls(calls: list) -> Usage:
-    total = Usage()
-    for call in calls:
-        data = call.model_dump() if hasattr(call, "model_dump") else call
-        total = total.add(usage_of_call(data))
-    return total
+    """The usage of one step's calls (its CallRecords)."""
+    return totals_by_role(calls)[1]
