@@ -217,25 +217,23 @@ SCENARIOS = [
         ],
     ),
     Scenario(
-        "descent refused (1 paragraph) -> blocked, refresh, exclusion, available coordinates exhausted",
+        "descent refused (1 paragraph) -> blocked, no refresh, exclusion, available coordinates exhausted",
         {"section/m00": {"s00/clarity": 1, "s01/coverage": 3}},
         {"section/i00": REJECT, "section/i01": REJECT, "section/i02": accept(5)},
         START + [
             "iter section i00 s00/clarity",
             "iter section i01 s00/clarity",
-            "score section m01 refresh",
-            "iter section i02 s01/coverage",
-            "score section m02 refresh",
+            "iter section i02 s01/coverage",  # selected on the matrix as it is (SPEC §7)
+            "score section m01 refresh",  # coverage, now active, runs dry
             fin("completed", "available_coordinates_exhausted"),
         ],
     ),
     Scenario(
-        "descent, paragraph coordinate exhausted, return; paragraph level already visited -> no 2nd descent",
+        "descent, paragraph coordinate exhausted, return; paragraph level already visited -> no 2nd descent, no refresh",
         {
             "section/m00": {"s02/clarity": 2, "s01/coverage": 3},
             "paragraph/m00": {"s02-p01/clarity": 2, "s02-p00/concision": 1},
             "section/m01": {"s02/clarity": 3, "s01/coverage": 3},
-            "section/m02": {},
         },
         {
             "section/i00": REJECT,
@@ -256,9 +254,8 @@ SCENARIOS = [
             "iter paragraph i02 s02-p00/concision",
             "score section m01 refresh",
             "iter section i02 s01/coverage",
-            "iter section i03 s01/coverage",
-            "score section m02 refresh",
-            fin("completed", "normalized_gap_converged", "coordinate_exhausted"),
+            "iter section i03 s01/coverage",  # exhausted; no 2nd descent: blocked, nothing left, no refresh
+            fin("completed", "available_coordinates_exhausted", "coordinate_exhausted"),
         ],
     ),
     Scenario(

@@ -45,14 +45,14 @@ def test_level_summaries_after_a_descent_and_return() -> None:
     world, history = run(scenario)
     section, paragraph = derive_state(history, world.config).level_summaries()
     assert (section.stop_reason, section.iterations, section.accepted, section.matrices) == (
-        "normalized_gap_converged", 4, 0, 3)
+        "available_coordinates_exhausted", 4, 0, 2)
     assert (paragraph.section_id, paragraph.stop_reason, paragraph.iterations) == ("s02", "coordinate_exhausted", 3)
     assert (paragraph.accepted, paragraph.matrices) == (1, 2)
     matrices = [e for e in history.events if isinstance(e, ScoreMatrix)]
     # The paragraph level starts on the section's traces; its traces become the section's on return.
     assert [(m.level, m.trace_batch) for m in matrices] == [
         ("section", "input"), ("paragraph", "input"), ("paragraph", "paragraph-i00"),
-        ("section", "paragraph-i00"), ("section", "paragraph-i00")]
+        ("section", "paragraph-i00")]
     final = derive_state(history, world.config)
     assert "Check it. [iter paragraph i00 s02-p01/clarity]" in final.current_skill_text
     assert final.blocked_dimensions == {"clarity", "coverage"}
@@ -65,13 +65,17 @@ def test_level_summaries_after_a_descent_and_return() -> None:
 
 def test_refused_descent_blocks_the_dimension_and_excludes_its_cells() -> None:
     world, _ = run(named("descent refused (1 paragraph)"))
-    at_refresh = world.states[world.labels.index("score section m01 refresh")]
+    refused = world.states[world.labels.index("iter section i02 s01/coverage")]
     exhausted = Coordinate(unit_id="s00", dimension="clarity")
-    assert at_refresh.exhausted == exhausted and at_refresh.descend is None
-    assert at_refresh.blocked_dimensions == {"clarity"} and at_refresh.active_dimension == "clarity"
-    assert {Coordinate(unit_id=u, dimension="clarity") for u in ("s00", "s01", "s02", "s03")} <= at_refresh.excluded
-    after_refresh = world.states[world.labels.index("iter section i02 s01/coverage")]
-    assert after_refresh.active_dimension is None and exhausted in after_refresh.excluded
+    assert refused.exhausted == exhausted and refused.descend is None
+    # Blocked and cleared: the next selection is made on the same matrix, no refresh.
+    assert refused.blocked_dimensions == {"clarity"} and refused.active_dimension is None
+    assert refused.matrices_scored == {"section": 1, "paragraph": 0}
+    assert {Coordinate(unit_id=u, dimension="clarity") for u in ("s00", "s01", "s02", "s03")} <= refused.excluded
+    at_refresh = world.states[world.labels.index("score section m01 refresh")]
+    assert at_refresh.active_dimension == "coverage" and exhausted in at_refresh.excluded
+    # The scenario's judge calls: 2 matrices x 5 columns, not 3 (no refresh for the refused descent).
+    assert world.calls == 2 * 5 + 3 * 2
 
 
 def test_active_dimension_is_set_by_the_first_selection_and_cleared_by_a_refresh() -> None:
@@ -114,8 +118,9 @@ def _hand_built(score: int, config: CompileConfig) -> History:
     ("score", "paragraphs", "expected"),
     [
         (3, 2, ScoreLevel(level="paragraph", section_id="s01", index=0, reason="start", active_dimension="clarity")),
-        (4, 2, ScoreLevel(level="section", index=1, reason="refresh")),  # above 3.5: refused
-        (3, 1, ScoreLevel(level="section", index=1, reason="refresh")),  # too few paragraphs: refused
+        # Refused: the dimension is blocked and cleared; nothing else is open -> stop, no refresh.
+        (4, 2, Finalize(status="completed", section_stop="normalized_gap_converged")),  # above 3.5: nothing open
+        (3, 1, Finalize(status="completed", section_stop="available_coordinates_exhausted")),  # 1 paragraph
     ],
 )
 def test_descent_conditions_on_a_hand_built_history(score: int, paragraphs: int, expected) -> None:

@@ -13,9 +13,11 @@ How the events are read:
   (the refresh that follows its return); a second paragraph level, or a decision of a
   level that has no matrix or is not the current one, is an inconsistent history
   (ValueError);
-- the active dimension of a level is its latest matrix's `active_dimension` (set when
-  a paragraph level starts), else the dimension of the first decision after that
-  matrix (the first selection after a start or refresh sets it), else none;
+- the active dimension of a level is replayed: a matrix sets it to its own
+  `active_dimension` (set when a paragraph level starts, else none); a selection made
+  while none is active sets it (the first selection after a start or refresh); a
+  section coordinate exhausted without descending (a refused descent) clears it, so
+  the next selection is made on the current matrix as it is, with no refresh;
 - a rejection is any decision not accepted, short-circuited ones included, except a
   decision whose reason is `budget_exhausted` (that is the budget stopping the run,
   not a verdict on the edit);
@@ -106,11 +108,13 @@ def units_paragraph_count(skill_text: str, section_id: str) -> int:
 class _LevelRun:
     """One level's events in order (the section level spans the whole run)."""
 
-    def __init__(self, level: Level, section_id: str | None = None) -> None:
+    def __init__(self, level: Level, limit: int, section_id: str | None = None) -> None:
         self.level: Level = level
+        self.limit = limit  # rejections that exhaust a coordinate
         self.section_id = section_id
         self.events: list[Event] = []
         self.returned = False  # paragraph level only: the section level took over again
+        self.descended_at: int | None = None  # section only: the decision whose coordinate descended
 
     @property
     def matrices(self) -> list[ScoreMatrix]:
@@ -139,25 +143,34 @@ class _LevelRun:
         return units
 
     def active_dimension(self) -> str | None:
-        if not self.matrices:
-            return None
-        if self.matrices[-1].active_dimension is not None:
-            return self.matrices[-1].active_dimension
-        after = self.since_latest_matrix()
-        return after[0].coordinate.dimension if after else None
+        """Replays SPEC §7: a matrix sets it (a paragraph start) or clears it (start, refresh);
+        a selection made while none is active sets it; a refused descent clears it."""
+        active: str | None = None
+        counts: Counter[Coordinate] = Counter()
+        for position, event in enumerate(self.events):
+            if isinstance(event, ScoreMatrix):
+                active = event.active_dimension
+                continue
+            active = active or event.coordinate.dimension
+            if is_rejection(event):
+                counts[event.coordinate] += 1
+            refused = self.level == "section" and position != self.descended_at
+            if refused and counts[event.coordinate] >= self.limit:
+                active = None  # the exhausted coordinate did not descend: select afresh, no refresh
+        return active
 
     def rejection_counts(self) -> Counter[Coordinate]:
         return Counter(d.coordinate for d in self.decisions if is_rejection(d))
 
-    def exhausted(self, limit: int) -> Coordinate | None:
+    def exhausted(self) -> Coordinate | None:
         """The coordinate the level's last event (a decision) has just exhausted, if any."""
         last = self.events[-1] if self.events else None
-        if isinstance(last, Decision) and self.rejection_counts()[last.coordinate] >= limit:
+        if isinstance(last, Decision) and self.rejection_counts()[last.coordinate] >= self.limit:
             return last.coordinate
         return None
 
-    def excluded(self, limit: int, blocked: frozenset[str]) -> frozenset[Coordinate]:
-        rejected = {c for c, n in self.rejection_counts().items() if n >= limit}
+    def excluded(self, blocked: frozenset[str]) -> frozenset[Coordinate]:
+        rejected = {c for c, n in self.rejection_counts().items() if n >= self.limit}
         matrix = self.current_matrix()
         in_blocked = {coordinate_of(c) for c in matrix.cells if c.dimension in blocked} if matrix else set()
         return frozenset(rejected | in_blocked)
@@ -184,8 +197,8 @@ def level_verdict(
     Order: the coordinate just exhausted (only right after an iteration), then the
     iteration budget, then selection in the active dimension, refresh, stop.
     """
-    limit, threshold = config.rejection_limit, config.gap_threshold
-    exhausted = run.exhausted(limit) if after_iteration else None
+    threshold = config.gap_threshold
+    exhausted = run.exhausted() if after_iteration else None
     if exhausted is not None:
         return Stop(reason="coordinate_exhausted", coordinate=exhausted)
     matrix = run.current_matrix()
@@ -202,7 +215,7 @@ def level_verdict(
         matrix,
         dimensions=config.dimension_names,
         threshold=threshold,
-        excluded=run.excluded(limit, blocked),
+        excluded=run.excluded(blocked),
         blocked=blocked,
         active_dimension=active,
     )
@@ -293,7 +306,8 @@ def budget_reached(history: History, config: CompileConfig) -> bool:
 
 def _replay(history: History, config: CompileConfig) -> tuple[_LevelRun, _LevelRun | None, StopReason | None]:
     """Split the events into the section level and the paragraph level; the latter's stop if it returned."""
-    section, paragraph = _LevelRun("section"), None
+    limit = config.rejection_limit
+    section, paragraph = _LevelRun("section", limit), None
     paragraph_stop: StopReason | None = None
     for position, event in enumerate(history.events):
         where = f"history event {position}"
@@ -305,7 +319,8 @@ def _replay(history: History, config: CompileConfig) -> tuple[_LevelRun, _LevelR
             section.events.append(event)
         elif isinstance(event, ScoreMatrix):
             if paragraph is None:
-                paragraph = _LevelRun("paragraph", event.section_id)
+                paragraph = _LevelRun("paragraph", limit, event.section_id)
+                section.descended_at = len(section.events) - 1  # that decision's coordinate descended
             elif paragraph.returned or event.section_id != paragraph.section_id:
                 raise ValueError(f"{where}: a second paragraph level ({event.section_id}); a run has at most one")
             paragraph.events.append(event)
@@ -367,7 +382,7 @@ def derive_state(
             count = paragraph_count or units_paragraph_count
             if _descent_allowed(verdict.coordinate, section, skill_text, paragraph is not None, config, count):
                 descend = verdict.coordinate
-            else:  # refused: the dimension is blocked already; loop again
+            else:  # refused: the dimension is blocked and the active one cleared; loop again
                 verdict = level_verdict(section, config, blocked, after_iteration=False)
         if isinstance(verdict, Stop):
             stops[current.level] = verdict.reason
@@ -386,10 +401,10 @@ def derive_state(
         matrices_scored={"section": len(section.matrices), "paragraph": len(paragraph.matrices) if paragraph else 0},
         active_dimension=current.active_dimension(),
         blocked_dimensions=section_blocked,
-        excluded=current.excluded(config.rejection_limit, blocked) if current.matrices else frozenset(),
+        excluded=current.excluded(blocked) if current.matrices else frozenset(),
         paragraph_level_ran=paragraph is not None,
         level_stops=stops,
-        exhausted=current.exhausted(config.rejection_limit),
+        exhausted=current.exhausted(),
         budget_exhausted=budget,
         verdict=verdict,
         descend=descend,

@@ -15,12 +15,12 @@ How the ambiguous points of SPEC §7 are read:
 - After an iteration the exhausted-coordinate check comes first, then the level's
   iteration budget, then selection. Out of iterations there is no refresh: the stop
   reason is read off the current matrix as it is.
-- A refused descent blocks the exhausted coordinate's dimension and loops again
-  without clearing the active dimension. That dimension is always the active one (the
-  first selection after a start or refresh sets it and later selections stay in it),
-  so the literal rule "nothing open in the active dimension -> refresh" applies: the
-  next action is a section refresh (a new matrix scored on the current traces), then
-  selection over the dimensions that are not blocked.
+- A refused descent blocks the exhausted coordinate's dimension, clears the active
+  dimension and loops again (SPEC §7): the next selection is made on the current
+  section matrix as it is, over the dimensions that are not blocked, with no refresh
+  (a refresh is only for "nothing open in the active dimension" and for the paragraph
+  level's return); that selection sets the active dimension again. With nothing left
+  to select the section level stops (available_coordinates_exhausted or converged).
 - Exhaustion wins over the iteration budget even for the descent: a section
   coordinate exhausted by the level's last allowed iteration still descends (the
   paragraph level has its own budget). On the paragraph level's return the section
