@@ -30,6 +30,23 @@ from pydantic import BaseModel
 M = TypeVar("M", bound=BaseModel)
 
 
+def require_writable_folder(path: Path, what: str) -> None:
+    """A folder we are about to write into: made if missing, else refused in one line (InputError)."""
+    from deep_pipeline.errors import InputError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{path}: {what} is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        # A real probe: permission bits say nothing to root, nor about a read-only mount.
+        fd, probe = tempfile.mkstemp(prefix=".probe.", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"{path}: {what} cannot be written ({exc.strerror or exc})") from None
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

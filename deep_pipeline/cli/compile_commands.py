@@ -40,25 +40,51 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(handler=_status)
 
 
-def _home() -> Path:
-    """DAGSTER_HOME, defaulting to the repository's dagster_home/ made absolute."""
+def _home(create: bool = True) -> Path:
+    """DAGSTER_HOME, defaulting to the repository's dagster_home/ made absolute.
+
+    With `create` a new home is made and gets our dagster.yaml; a home that cannot be
+    used (a file, not writable) is bad input, refused before anything is written.
+    """
+    from deep_pipeline.store import atomic_write_bytes, require_writable_folder
+
     home = Path(os.environ.get("DAGSTER_HOME") or REPO_ROOT / "dagster_home").resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(home)
+    if not create:
+        return home
+    require_writable_folder(home, "DAGSTER_HOME")
     config = home / "dagster.yaml"
     if not config.exists():
         # A new home gets ours (telemetry off, the llm pool, one run per compile).
-        from deep_pipeline.store import atomic_write_bytes
-
         atomic_write_bytes(config, (REPO_ROOT / "dagster_home" / "dagster.yaml").read_bytes())
-    os.environ["DAGSTER_HOME"] = str(home)
     return home
 
 
 def _instance():
+    """The instance of DAGSTER_HOME; its first-time storage setup is done once, under a lock.
+
+    Several compiles started at once on a new home would otherwise all create and stamp
+    the SQLite schemas (seen: `UNIQUE constraint failed: alembic_version.version_num`).
+    """
+    import fcntl
+
     import dagster as dg
 
-    _home()
-    return dg.DagsterInstance.get()
+    home = _home()
+    with open(home / ".setup.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        instance = dg.DagsterInstance.get()
+        instance.get_runs(limit=1)  # storages are created lazily: make them now, under the lock
+    return instance
+
+
+def _store_root() -> Path:
+    from deep_pipeline.resources import default_store_root
+    from deep_pipeline.store import require_writable_folder
+
+    root = default_store_root()
+    require_writable_folder(root, "compile store")
+    return root
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -72,10 +98,8 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from deep_pipeline.launcher import register as register_compile
-    from deep_pipeline.resources import default_store_root
-
     from deep_pipeline.engine.compiles import check_inputs
+    from deep_pipeline.launcher import register as register_compile
     from deep_pipeline.engine.settings import effective_config, load_deployment
 
     overrides = _overrides(args)
@@ -83,7 +107,7 @@ def _compile(args: argparse.Namespace) -> int:
     # Bad input is refused before DAGSTER_HOME is touched.
     check_inputs(args.skill_dir, args.task, effective_config(load_deployment(), overrides, origin))
     instance = _instance()
-    root = default_store_root()
+    root = _store_root()
     record, new = register_compile(instance, root, args.skill_dir, args.task, overrides, origin, announce=False)
     _say(args, f"{'registered' if new else 'resuming'} compile {record.key} in {root / record.key}")
     return _drive(args, instance, root, record.key)
@@ -93,10 +117,11 @@ def _resume(args: argparse.Namespace) -> int:
     from deep_pipeline.engine.compiles import find_compile
     from deep_pipeline.resources import default_store_root
 
-    instance = _instance()
+    _home(create=False)
     root = default_store_root()
-    find_compile(root, args.compile_key)
-    return _drive(args, instance, root, args.compile_key)
+    find_compile(root, args.compile_key)  # an unknown compile is refused before the home is touched
+    instance = _instance()
+    return _drive(args, instance, _store_root(), args.compile_key)
 
 
 def _drive(args, instance, root: Path, key: str) -> int:
@@ -119,7 +144,7 @@ def _status(args: argparse.Namespace) -> int:
     from deep_pipeline.engine.context import StepContext
     from deep_pipeline.resources import default_store_root
 
-    _home()
+    _home(create=False)  # status only reads: it creates neither the home nor an instance
     root = default_store_root()
     keys = [args.compile_key] if args.compile_key else [r.key for r in list_compiles(root)]
     if args.compile_key:
