@@ -76,11 +76,35 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
+# Temp files and folders of the atomic writes below are named `.<name>.<random>.tmp`.
+TEMP_SUFFIX = ".tmp"
+
+
+def remove_orphaned_temps(root: Path, packages: tuple[Path, ...] = ()) -> int:
+    """Remove the temp files and folders a killed writer left under `root`; returns how many.
+
+    Only call it while nothing else writes there (a step holds the compile's step lock).
+    `packages` are copied skill folders: a `.x.tmp` inside one is the skill's own file.
+    """
+    root = Path(root)
+    removed: list[Path] = []
+    for path in sorted(root.rglob(f".*{TEMP_SUFFIX}")) if root.is_dir() else ():
+        inside = [*packages, *removed]  # sorted: a folder comes before what it holds
+        if any(path.is_relative_to(p) and path != p for p in inside):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    return len(removed)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temp file in the same folder, fsync, rename: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; records are ordinary files
         with os.fdopen(fd, "wb") as handle:
@@ -153,7 +177,7 @@ def atomic_copy_tree(src: Path, dst: Path, replace: dict[str, bytes] | None = No
     if dst.exists():
         return
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=TEMP_SUFFIX, dir=dst.parent))
     try:
         shutil.rmtree(tmp)
         shutil.copytree(src, tmp, symlinks=False)

@@ -31,3 +31,24 @@ def test_copy_tree_replaces_only_what_it_is_told_and_keeps_a_finished_copy(tmp_p
     atomic_copy_tree(src, tmp_path / "dst", replace={"SKILL.md": b"other"})  # exists: it is the record
     assert package_hash(tmp_path / "dst") == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dst", "src"]
+
+
+def test_orphaned_temps_of_a_killed_writer_are_removed_but_a_package_keeps_its_own(tmp_path):
+    import tempfile
+
+    from deep_pipeline.store import remove_orphaned_temps
+
+    record = tmp_path / "iterations" / "section-i00" / "decision.json"
+    atomic_write_text(record, "{}\n")
+    # What a kill between mkstemp/mkdtemp and the rename leaves behind.
+    fd, orphan = tempfile.mkstemp(prefix=".decision.json.", suffix=".tmp", dir=record.parent)
+    os.close(fd)
+    half_copy = tempfile.mkdtemp(prefix=".candidate.", suffix=".tmp", dir=record.parent)
+    (tmp_path / half_copy / "SKILL.md").write_text("half")
+    package = tmp_path / "input" / "skill"
+    package.mkdir(parents=True)
+    (package / ".notes.tmp").write_text("the skill's own file")
+
+    assert remove_orphaned_temps(tmp_path, packages=(package,)) == 2
+    assert sorted(p.name for p in record.parent.iterdir()) == ["decision.json"]
+    assert (package / ".notes.tmp").read_text() == "the skill's own file"
