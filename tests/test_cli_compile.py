@@ -116,3 +116,24 @@ def test_a_failing_step_ends_in_one_line_naming_the_cause(tmp_path, home, script
     err = capsys.readouterr().err.strip()
     assert code == 1
     assert len(err.splitlines()) == 1 and "judge" in err, err
+
+
+def test_status_of_one_compile_shows_levels_decisions_and_records(tmp_path, home, scripted_llm, capsys):
+    install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2, ("s03-output", "concision"): 3},
+                                      compare={("s03-output", "concision"): (3, 3)}))
+    skill, bundle = make_inputs(tmp_path)
+    assert main(["compile", str(skill), "--task", str(bundle), "--config", str(write_config(tmp_path)), "--quiet"]) == 0
+    (folder,) = (home / "compiles").iterdir()
+    report = json.loads((folder / "report.json").read_text())
+    capsys.readouterr()
+    assert main(["status", folder.name]) == 0
+    out = capsys.readouterr().out
+    assert "state: finalized" in out and f"section level: {report['levels'][0]['stop_reason']}" in out
+    rows = [line for line in out.splitlines() if line.strip()[:1].isdigit() and "/i0" in line]
+    assert len(rows) == len(report["decisions"])
+    assert "section/i00" in rows[0] and "accepted" in rows[0] and "2 -> 4" in rows[0]
+    assert str(folder / "report.json") in out
+    assert main(["status", folder.name, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert [d["reason"] for d in status["decisions"]] == [d["reason"] for d in report["decisions"]]
+    assert [d["number"] for d in status["decisions"]] == list(range(1, len(report["decisions"]) + 1))

@@ -35,8 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--quiet", action="store_true")
     r.set_defaults(handler=_resume)
 
-    s = sub.add_parser("status", help="list compiles and their state", description="List compiles in the store, or show one.")
+    s = sub.add_parser("status", help="list compiles and their state",
+                       description="List the compiles in the store, one line each; with COMPILE, show its levels, "
+                       "stop reasons, decisions and where its records are. Reads only.")
     s.add_argument("compile_key", nargs="?", metavar="COMPILE")
+    s.add_argument("--json", action="store_true", help="print the status as JSON (for scripts)")
     s.set_defaults(handler=_status)
 
 
@@ -140,24 +143,30 @@ def _drive(args, instance, root: Path, key: str) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    import json
+
     from deep_pipeline.engine.compiles import find_compile, list_compiles
     from deep_pipeline.engine.context import StepContext
+    from deep_pipeline.engine.status import compile_status, format_status
     from deep_pipeline.resources import default_store_root
 
     _home(create=False)  # status only reads: it creates neither the home nor an instance
     root = default_store_root()
-    keys = [args.compile_key] if args.compile_key else [r.key for r in list_compiles(root)]
     if args.compile_key:
         find_compile(root, args.compile_key)
-    if not keys:
+        status = compile_status(StepContext.open(root, args.compile_key))
+        print(status.model_dump_json(indent=2) if args.json else format_status(status))
+        return 0
+    statuses = [compile_status(StepContext.open(root, r.key)) for r in list_compiles(root)]
+    if args.json:
+        print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
+        return 0
+    if not statuses:
         print(f"no compiles in {root}")
-    for key in keys:
-        ctx = StepContext.open(root, key)
-        _, state, action = ctx.plan()
-        decisions = ctx.cdir.decision_records()
-        accepted = sum(d.decision.accepted for d in decisions)
-        where = "finalized" if ctx.cdir.report_path.is_file() else f"next: {type(action).__name__}"
-        print(f"{key}\t{ctx.record.task_name}\t{len(decisions)} iterations, {accepted} accepted\t{where}")
+    for s in statuses:
+        accepted = sum(d.accepted for d in s.decisions)
+        where = s.state if s.state == "finalized" else f"{s.state}, next: {s.next_step}"
+        print(f"{s.compile_key}\t{s.task_name}\t{len(s.decisions)} iterations, {accepted} accepted\t{where}")
     return 0
 
 
