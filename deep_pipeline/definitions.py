@@ -2,16 +2,30 @@
 
 import dagster as dg
 
-from deep_pipeline.assets.inputs import input_traces
-from deep_pipeline.assets.iteration import candidate_edit, candidate_package, candidate_rollouts, comparison, decision
-from deep_pipeline.assets.matrix import build_matrix_assets
-from deep_pipeline.assets.output import compile_report, final_skill
-from deep_pipeline.checks import candidate_keeps_structure, final_differs_only_in_skill_md, report_matches_decisions
+from deep_pipeline.defs.assets.inputs import input_traces
+from deep_pipeline.defs.assets.iteration import (
+    candidate_edit,
+    candidate_package,
+    candidate_rollouts,
+    comparison,
+    decision,
+)
+from deep_pipeline.defs.assets.matrix import build_matrix_assets
+from deep_pipeline.defs.assets.output import compile_report, final_skill
+from deep_pipeline.defs.checks import (
+    candidate_keeps_structure,
+    final_differs_only_in_skill_md,
+    report_matches_decisions,
+)
+from deep_pipeline.defs.jobs import ASSET_JOBS, compile_job, start_batch, start_compile
+from deep_pipeline.defs.resources import (
+    CompileDefaultsResource,
+    CompileStoreResource,
+    ProviderKeysResource,
+)
+from deep_pipeline.defs.schedules import batch_schedule
+from deep_pipeline.defs.sensors import compile_loop_sensor
 from deep_pipeline.engine.settings import load_deployment
-from deep_pipeline.jobs import ASSET_JOBS, compile_job, start_batch, start_compile
-from deep_pipeline.resources import CompileDefaultsResource, CompileStoreResource, ProviderKeysResource
-from deep_pipeline.schedules import batch_schedule
-from deep_pipeline.sensors import compile_loop_sensor
 
 deployment = load_deployment()
 

@@ -6,8 +6,9 @@ import dagster as dg
 import pytest
 import yaml
 
+from deep_pipeline.defs.launcher import start_batch
+from deep_pipeline.engine.batch import load_manifest
 from deep_pipeline.errors import InputError
-from deep_pipeline.launcher import load_manifest, start_batch
 from tests.compile_world import make_inputs
 
 

@@ -169,8 +169,8 @@ WARNING = "this Dagster instance has no limit on the 'llm' pool"
 
 def drive_first_step(tmp_path: Path, instance: dg.DagsterInstance, monkeypatch) -> None:
     from deep_pipeline.definitions import defs
+    from deep_pipeline.defs.launcher import drive
     from deep_pipeline.errors import StepError
-    from deep_pipeline.launcher import drive
 
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))  # where the assets' store resource looks
     skill, bundle = make_inputs(tmp_path)

@@ -97,8 +97,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 KNOWN_CYCLES = [
     ["deep_pipeline.rollouts.agent_process", "deep_pipeline.rollouts.base", "deep_pipeline.rollouts.chat",
      "deep_pipeline.rollouts.command", "deep_pipeline.rollouts.miniswe", "deep_pipeline.rollouts.replay"],
-    ["deep_pipeline.definitions", "deep_pipeline.jobs", "deep_pipeline.ops", "deep_pipeline.schedules",
-     "deep_pipeline.sensors"],
+    ["deep_pipeline.definitions", "deep_pipeline.defs.jobs", "deep_pipeline.defs.ops", "deep_pipeline.defs.schedules",
+     "deep_pipeline.defs.sensors"],
 ]
 
 

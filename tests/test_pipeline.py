@@ -13,11 +13,11 @@ import dagster as dg
 import pytest
 
 from deep_pipeline.core.keys import iteration_key
+from deep_pipeline.defs.launcher import drive, register
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.driver import run_inline
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.launcher import drive, register
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
 
@@ -272,7 +272,7 @@ def test_a_resource_key_reaches_the_model_and_nothing_on_disk(env, scripted_llm)
 
 
 def test_provider_keys_resource_takes_env_vars_and_hands_them_to_steps(env, monkeypatch):
-    from deep_pipeline.resources import CompileStoreResource, ProviderKeysResource
+    from deep_pipeline.defs.resources import CompileStoreResource, ProviderKeysResource
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-000000")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

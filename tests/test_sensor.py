@@ -8,12 +8,12 @@ import dagster as dg
 import pytest
 
 from deep_pipeline.core.actions import ScoreLevel
+from deep_pipeline.defs.resources import CompileStoreResource
+from deep_pipeline.defs.sensors import compile_loop_sensor
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.driver import execute
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.resources import CompileStoreResource
-from deep_pipeline.sensors import compile_loop_sensor
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
 
@@ -98,7 +98,7 @@ def test_deleted_compile_folder_is_skipped_with_a_warning(setup):
 
 
 def test_a_compile_locked_by_a_driver_is_retried_on_later_ticks(setup):
-    from deep_pipeline.launcher import driver_lock
+    from deep_pipeline.defs.launcher import driver_lock
 
     make, tmp = setup
     instance, record, ctx = make(World())
@@ -116,7 +116,7 @@ def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup):
 
     from dagster._core.test_utils import create_run_for_test, instance_for_test
 
-    from deep_pipeline.launcher import process_tags
+    from deep_pipeline.defs.launcher import process_tags
 
     make, tmp = setup
     make(World())

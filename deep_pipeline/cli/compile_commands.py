@@ -82,7 +82,7 @@ def _instance():
 
 
 def _store_root() -> Path:
-    from deep_pipeline.resources import default_store_root
+    from deep_pipeline.defs.resources import default_store_root
     from deep_pipeline.store import require_writable_folder
 
     root = default_store_root()
@@ -101,8 +101,8 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def _compile(args: argparse.Namespace) -> int:
+    from deep_pipeline.defs.launcher import register as register_compile
     from deep_pipeline.engine.compiles import check_inputs
-    from deep_pipeline.launcher import register as register_compile
     from deep_pipeline.engine.settings import effective_config, load_deployment
 
     overrides = _overrides(args)
@@ -117,8 +117,8 @@ def _compile(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
+    from deep_pipeline.defs.resources import default_store_root
     from deep_pipeline.engine.compiles import find_compile
-    from deep_pipeline.resources import default_store_root
 
     _home(create=False)
     root = default_store_root()
@@ -129,7 +129,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _drive(args, instance, root: Path, key: str) -> int:
     from deep_pipeline.definitions import defs
-    from deep_pipeline.launcher import drive
+    from deep_pipeline.defs.launcher import drive
 
     report = drive(instance, root, key, defs, progress=None if args.quiet else (lambda line: _say(args, line)))
     cost = f"${report.usage_total.cost_usd:.4f}" if report.usage_total.cost_usd is not None else "unknown cost"
@@ -145,10 +145,10 @@ def _drive(args, instance, root: Path, key: str) -> int:
 def _status(args: argparse.Namespace) -> int:
     import json
 
+    from deep_pipeline.defs.resources import default_store_root
     from deep_pipeline.engine.compiles import find_compile, list_compiles
     from deep_pipeline.engine.context import StepContext
     from deep_pipeline.engine.status import compile_status, format_status
-    from deep_pipeline.resources import default_store_root
 
     _home(create=False)  # status only reads: it creates neither the home nor an instance
     root = default_store_root()

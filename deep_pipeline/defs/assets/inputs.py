@@ -2,11 +2,11 @@
 
 import dagster as dg
 
+from deep_pipeline.defs.launcher import asset_step
+from deep_pipeline.defs.metadata import file_ref
+from deep_pipeline.defs.partitions import compiles_partitions
+from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.io_steps import input_step
-from deep_pipeline.launcher import asset_step
-from deep_pipeline.metadata import file_ref
-from deep_pipeline.partitions import compiles_partitions
-from deep_pipeline.resources import CompileStoreResource
 
 
 @dg.asset(

@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from deep_pipeline.defs.planning import COMPILE_TAG, plan_next_run
+from deep_pipeline.engine.batch import load_manifest
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.records import CompileRecord, Report
-from deep_pipeline.engine.settings import REPO_ROOT, effective_config, load_deployment, read_config_file
+from deep_pipeline.engine.settings import REPO_ROOT, effective_config, load_deployment
 from deep_pipeline.errors import InputError, StepError
-from deep_pipeline.planning import COMPILE_TAG, plan_next_run
 from deep_pipeline.store import read_model
-
 
 # The event log keeps every event; the terminal gets our progress lines and one error line.
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -277,28 +276,6 @@ def _failure(result) -> str:
         if error is not None:
             return " ".join(error.message.split())
     return "run failed"
-
-
-class BatchEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    skill: str
-    bundle: str
-    overrides: dict[str, Any] = Field(default_factory=dict)
-
-
-class BatchManifest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    entries: list[BatchEntry]
-
-
-def load_manifest(path: Path) -> BatchManifest:
-    data = read_config_file(path)
-    try:
-        return BatchManifest.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise InputError(f"{path}: {loc}: {err['msg']}") from None
 
 
 def start_batch(instance: dg.DagsterInstance, root: Path, manifest_path: Path) -> list[tuple[str, bool]]:

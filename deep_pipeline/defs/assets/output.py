@@ -2,11 +2,11 @@
 
 import dagster as dg
 
+from deep_pipeline.defs.launcher import asset_step
+from deep_pipeline.defs.metadata import file_ref, usage_meta
+from deep_pipeline.defs.partitions import compiles_partitions
+from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.io_steps import finalize_step
-from deep_pipeline.launcher import asset_step
-from deep_pipeline.metadata import file_ref, usage_meta
-from deep_pipeline.partitions import compiles_partitions
-from deep_pipeline.resources import CompileStoreResource
 from deep_pipeline.store import read_model
 
 COMMON = dict(partitions_def=compiles_partitions, group_name="output", kinds={"python"})

@@ -13,11 +13,11 @@ import dagster as dg
 
 from deep_pipeline.core.config import Dimension
 from deep_pipeline.core.keys import parse_key
+from deep_pipeline.defs.launcher import asset_step
+from deep_pipeline.defs.metadata import file_ref, matrix_meta, usage_meta
+from deep_pipeline.defs.partitions import matrices_partitions
+from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.matrix_steps import MatrixPlan, assemble_matrix, score_columns
-from deep_pipeline.launcher import asset_step
-from deep_pipeline.metadata import file_ref, matrix_meta, usage_meta
-from deep_pipeline.partitions import matrices_partitions
-from deep_pipeline.resources import CompileStoreResource
 
 
 def column_key(dimension: str) -> dg.AssetKey:

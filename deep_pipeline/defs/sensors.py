@@ -13,12 +13,12 @@ import json
 import dagster as dg
 
 from deep_pipeline.core.keys import parse_key
+from deep_pipeline.defs.jobs import ASSET_JOBS
+from deep_pipeline.defs.launcher import driven_elsewhere, release_dead_runs
+from deep_pipeline.defs.planning import plan_next_run
+from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.errors import InputError, StepError
-from deep_pipeline.jobs import ASSET_JOBS
-from deep_pipeline.launcher import driven_elsewhere, release_dead_runs
-from deep_pipeline.planning import plan_next_run
-from deep_pipeline.resources import CompileStoreResource
 
 WATCHED = ("input_traces", "level_matrix", "decision", "compile_report")
 PAGE = 200

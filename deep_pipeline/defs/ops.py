@@ -7,8 +7,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from deep_pipeline.launcher import drive, register, start_batch
-from deep_pipeline.resources import CompileDefaultsResource, CompileStoreResource
+from deep_pipeline.defs.launcher import drive, register, start_batch
+from deep_pipeline.defs.resources import CompileDefaultsResource, CompileStoreResource
 
 
 class CompileRequest(dg.Config):
@@ -41,7 +41,7 @@ def start_compile_op(context: dg.OpExecutionContext, config: CompileRequest, sto
 def compile_op(context: dg.OpExecutionContext, config: CompileRequest, store: CompileStoreResource,
                defaults: CompileDefaultsResource) -> str:
     from deep_pipeline.definitions import defs
-    from deep_pipeline.launcher import process_tags
+    from deep_pipeline.defs.launcher import process_tags
 
     # This run drives the compile: a kill -9 of its process is noticed by the next driver too.
     context.instance.add_run_tags(context.run_id, process_tags())

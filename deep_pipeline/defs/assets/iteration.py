@@ -11,12 +11,17 @@ import dagster as dg
 
 from deep_pipeline.core.keys import matrix_key, parse_key
 from deep_pipeline.core.matrix import matrix_markdown
+from deep_pipeline.defs.launcher import asset_step
+from deep_pipeline.defs.metadata import file_ref, unit_diff, usage_meta
+from deep_pipeline.defs.partitions import iterations_partitions
+from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine import iteration_steps as steps
-from deep_pipeline.engine.records import CandidateRecord, ComparisonRecord, EditRecord, RolloutsRecord
-from deep_pipeline.launcher import asset_step
-from deep_pipeline.metadata import file_ref, unit_diff, usage_meta
-from deep_pipeline.partitions import iterations_partitions
-from deep_pipeline.resources import CompileStoreResource
+from deep_pipeline.engine.records import (
+    CandidateRecord,
+    ComparisonRecord,
+    EditRecord,
+    RolloutsRecord,
+)
 
 COMMON = dict(partitions_def=iterations_partitions, group_name="iteration", kinds={"python"})
 

@@ -9,13 +9,13 @@ import dagster as dg
 # loading every partition (DESIGN.md), so it is used on purpose.
 warnings.filterwarnings("ignore", category=dg.PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")
 
-from deep_pipeline.assets.iteration import candidate_package
-from deep_pipeline.assets.output import compile_report, final_skill
 from deep_pipeline.core.keys import iteration_key, parse_key
 from deep_pipeline.core.units import front_matter_end, section_outline
+from deep_pipeline.defs.assets.iteration import candidate_package
+from deep_pipeline.defs.assets.output import compile_report, final_skill
+from deep_pipeline.defs.partitions import compiles_partitions, iterations_partitions
+from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.records import CandidateRecord, EditRecord, Report
-from deep_pipeline.partitions import compiles_partitions, iterations_partitions
-from deep_pipeline.resources import CompileStoreResource
 from deep_pipeline.store import package_files, read_model, sha256_text
 
 

@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deep_pipeline.core.actions import (
+    Done,
+    Finalize,
+    PrepareInputs,
+    RunIteration,
+    ScoreLevel,
+)
 from deep_pipeline.core.keys import iteration_key, matrix_key
-from deep_pipeline.core.actions import Done, Finalize, PrepareInputs, RunIteration, ScoreLevel
 from deep_pipeline.engine.context import StepContext
 
 COMPILE_TAG = "deep/compile"

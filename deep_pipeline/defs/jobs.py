@@ -7,10 +7,16 @@ and the multiprocess executor costs ~3 s per step here (DESIGN "Facts measured h
 
 import dagster as dg
 
-from deep_pipeline.assets.inputs import input_traces
-from deep_pipeline.assets.iteration import candidate_edit, candidate_package, candidate_rollouts, comparison, decision
-from deep_pipeline.assets.output import compile_report, final_skill
-from deep_pipeline.ops import compile_op, start_batch_op, start_compile_op
+from deep_pipeline.defs.assets.inputs import input_traces
+from deep_pipeline.defs.assets.iteration import (
+    candidate_edit,
+    candidate_package,
+    candidate_rollouts,
+    comparison,
+    decision,
+)
+from deep_pipeline.defs.assets.output import compile_report, final_skill
+from deep_pipeline.defs.ops import compile_op, start_batch_op, start_compile_op
 
 prepare_inputs_job = dg.define_asset_job(
     "prepare_inputs", selection=[input_traces], executor_def=dg.in_process_executor,
