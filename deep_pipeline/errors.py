@@ -17,3 +17,10 @@ class AnswerError(StepError):
 class ModelAccessError(StepError):
     """The provider refused the model's credentials, its permission or the model itself:
     resending cannot help, so it is never retried; the message names what to set."""
+
+
+def one_line(text: str | None, limit: int = 300) -> str:
+    """A message as one short line for a person: whitespace folded, any appended traceback
+    (litellm adds the provider's to some) cut off; the records keep the whole text."""
+    line = " ".join((text or "no reason given").split("Traceback (most recent call last)")[0].split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -4,6 +4,29 @@ The Dagster definitions are loaded once per process, as `dagster dev` or a run w
 does; `ProviderKeysResource.from_environment()` binds the provider keys set at that
 moment. Load them here, before any test sets a dummy key with monkeypatch, so no
 test's key outlives it inside the definitions of later tests.
+
+Fixtures every test module may use are defined here, once, rather than imported by
+name into each module (which linters read as an unused import).
 """
 
-import deep_pipeline.definitions  # noqa: F401
+import deep_pipeline.definitions  # noqa: F401  (first: see above)
+
+import pytest
+
+
+@pytest.fixture
+def scripted_llm():
+    """A fresh scripted litellm provider for one test (tests/scripted_llm.py), unregistered afterwards."""
+    # Imported here, not above: it loads litellm (seconds), which tests without a model skip.
+    from tests.scripted_llm import install, uninstall
+
+    provider = install()
+    yield provider
+    uninstall(provider)
+
+
+@pytest.fixture
+def fast_backoff(monkeypatch):
+    """Transient model failures resent after about a millisecond instead of 1, 2, 4, 8 s, for
+    tests that fail calls on purpose through a whole compile (its clients are made inside)."""
+    monkeypatch.setattr("deep_pipeline.llm.client.BACKOFF_S", 0.001)

@@ -26,7 +26,7 @@ from deep_pipeline.core.history import History
 from deep_pipeline.core.keys import batch_name
 from deep_pipeline.core.models import (
     BUDGET_EXHAUSTED,
-    EDIT_INVALID,
+    EDIT_VALIDATION_EXHAUSTED,
     EXACT_DUPLICATE,
     Cell,
     Comparison,
@@ -164,7 +164,7 @@ class World:
             return Decision(**base, accepted=False, reason=BUDGET_EXHAUSTED)
         if outcome.kind == "invalid":
             self.calls += 3
-            return Decision(**base, accepted=False, reason=EDIT_INVALID)
+            return Decision(**base, accepted=False, reason=EDIT_VALIDATION_EXHAUSTED)
         self.calls += 1  # the editor
         if sha(new_text) in state.rejected_hashes(action.coordinate):
             return Decision(**base, accepted=False, reason=EXACT_DUPLICATE)

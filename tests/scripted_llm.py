@@ -3,9 +3,9 @@
 The real prompt building, litellm call, parsing, retries, cache and accounting all
 run; only the model's answers are scripted. Typical use:
 
-    from tests.scripted_llm import scripted_llm, rate_limit   # the fixture, imported by name
+    from tests.scripted_llm import rate_limit
 
-    def test_x(scripted_llm):
+    def test_x(scripted_llm):   # the fixture, defined in tests/conftest.py
         scripted_llm.script("judge", rate_limit(), lambda req: req.answer())
         client = ModelClient(ModelSettings(model="scripted/judge"), "judge", backoff_s=0)
         ...
@@ -29,7 +29,6 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from pydantic import BaseModel
 
 from deep_pipeline.llm.client import load_litellm
@@ -281,11 +280,3 @@ def install(provider: ScriptedLLM | None = None) -> ScriptedLLM:
 
 def uninstall(provider: ScriptedLLM) -> None:
     litellm.custom_provider_map = [e for e in litellm.custom_provider_map if e.get("custom_handler") is not provider]
-
-
-@pytest.fixture
-def scripted_llm() -> ScriptedLLM:
-    """A fresh scripted provider for one test, unregistered afterwards."""
-    provider = install()
-    yield provider
-    uninstall(provider)

@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from deep_pipeline.defs.launcher import start_batch
+from deep_pipeline.defs.launcher import register_batch
 from deep_pipeline.engine.batch import load_manifest
 from deep_pipeline.errors import InputError
 from tests.compile_world import make_inputs
@@ -26,10 +26,10 @@ def test_batch_starts_each_new_entry_once(tmp_path):
     ]
     path = manifest(tmp_path, entries)
     instance = dg.DagsterInstance.ephemeral()
-    first = start_batch(instance, tmp_path / "store", path)
+    first = register_batch(instance, tmp_path / "store", path)
     assert [new for _, new in first] == [True, True] and first[0][0] != first[1][0]
     assert sorted(instance.get_dynamic_partitions("compiles")) == sorted(k for k, _ in first)
-    again = start_batch(instance, tmp_path / "store", path)
+    again = register_batch(instance, tmp_path / "store", path)
     assert [new for _, new in again] == [False, False]
     assert [k for k, _ in again] == [k for k, _ in first]
 

@@ -11,7 +11,6 @@ import yaml
 from deep_pipeline.cli import main
 from deep_pipeline.core.keys import iteration_key
 from tests.compile_world import CONFIG, World, install_world, make_inputs
-from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -114,7 +113,7 @@ def test_bad_runner_settings_touch_nothing(tmp_path, home, capsys, extra):
     assert list(home.iterdir()) == []  # not even Dagster's own folders
 
 
-def test_a_failing_step_ends_in_one_line_naming_the_cause(tmp_path, home, scripted_llm, capsys):
+def test_a_failing_step_ends_in_one_line_naming_the_cause(tmp_path, home, scripted_llm, fast_backoff, capsys):
     install_world(scripted_llm, World())
     scripted_llm.always("judge", lambda req: (_ for _ in ()).throw(ValueError("judge exploded")))
     skill, bundle = make_inputs(tmp_path)
@@ -122,6 +121,8 @@ def test_a_failing_step_ends_in_one_line_naming_the_cause(tmp_path, home, script
     err = capsys.readouterr().err.strip()
     assert code == 1
     assert len(err.splitlines()) == 1 and "judge" in err, err
+    assert "failed 5 times" in err  # each column resent RETRIES times, only the backoff is short
+    assert "judge exploded" in err and "Traceback" not in err and len(err) < 600, err  # the cause, not a traceback
 
 
 def test_status_of_one_compile_shows_levels_decisions_and_records(tmp_path, home, scripted_llm, capsys):

@@ -16,7 +16,6 @@ import yaml
 
 from deep_pipeline.cli import main
 from tests.compile_world import CONFIG, World, install_world, make_inputs
-from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
 
 
 @contextmanager

@@ -11,7 +11,6 @@ import yaml
 from deep_pipeline.cli import main
 from deep_pipeline.llm.accounting import read_calls
 from tests.compile_world import CONFIG, World, install_world, make_inputs
-from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
 
 AGENTS = Path(__file__).parent / "agents"
 TAIL = re.compile(r"\[(\d+) calls(?:, (\d+) from the cache)?, (\d+) tokens, (\$[0-9.]+|cost unknown)\]$")

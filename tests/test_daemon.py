@@ -20,30 +20,12 @@ import dagster as dg
 import pytest
 import yaml
 
-from tests.compile_world import World, make_inputs
+from tests.compile_world import make_inputs
 from tests.scripted_openai_server import ScriptedOpenAIServer
+from tests.served_world import answer_with, cli_env, one_edit_world, served_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-
-
-class _Request:
-    """The scripted world's view of an OpenAI request body."""
-
-    def __init__(self, body: dict):
-        self.messages = body["messages"]
-        self.schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
-        self.text = "\n".join(str(m.get("content") or "") for m in self.messages)
-        self.unit_ids = list((self.schema or {}).get("required", []))
-
-
-def answer_with(world: World):
-    def turn(body: dict) -> dict:
-        request = _Request(body)
-        editing = "new_text" in (request.schema or {}).get("properties", {})
-        return {"content": json.dumps(world.editor(request) if editing else world.judge(request))}
-
-    return turn
 
 
 def runs_ended(home: Path, key: str) -> bool:
@@ -58,11 +40,9 @@ def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path):
     home.mkdir()
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     skill, bundle = make_inputs(tmp_path)
-    env = {**os.environ, "DAGSTER_HOME": str(home), "OPENAI_API_KEY": "sk-test-dummy-key"}
-    env.pop("DEEP_PIPELINE_STORE", None)
-    with ScriptedOpenAIServer([answer_with(World(low={("s02-steps", "clarity"): 2}))] * 50) as server:
-        overrides = {"judge_model": "openai/judge", "judge_api_base": server.api_base, "editor_model": "openai/editor",
-                     "editor_api_base": server.api_base, "runner": "replay", "rollouts": 2}
+    env = cli_env(home)
+    with ScriptedOpenAIServer([answer_with(one_edit_world())] * 50) as server:
+        overrides = served_overrides(server)
         config = {"ops": {"start_compile_op": {"config": {"skill_dir": str(skill), "bundle": str(bundle), "overrides": overrides}}}}
         (tmp_path / "compile.yaml").write_text(yaml.safe_dump(config))
         start = subprocess.run(

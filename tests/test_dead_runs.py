@@ -13,63 +13,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import dagster as dg
 import pytest
-import yaml
 
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.driver import run_inline
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from tests.compile_world import CONFIG, World, install_world, make_inputs
-from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
-from tests.scripted_openai_server import ScriptedOpenAIServer
-from tests.test_daemon import _Request, answer_with
+from tests.compile_world import CONFIG, install_world, make_inputs
+from tests.served_world import CLI, KillPoint, one_edit_world, reference, served_compile
 
 REPO = Path(__file__).resolve().parents[1]
-CLI = Path(sys.executable).parent / "deep-pipeline"
 IN_FLIGHT = (dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
              dg.DagsterRunStatus.CANCELING)
-
-
-def world() -> World:
-    return World(low={("s02-steps", "clarity"): 2})
-
-
-class KillPoint:
-    """Answers from the world, but holds the first request of the armed role open.
-
-    A held request is never answered (the world does not count it: a call lost with
-    its driver) unless `answer_held`, when it gets its answer once released.
-    """
-
-    def __init__(self, world: World, answer_held: bool = False):
-        self.answer = answer_with(world)
-        self.answer_held = answer_held
-        self.armed: str | None = None
-        self.arrived = threading.Event()
-        self.release = threading.Event()
-        self._lock = threading.Lock()
-
-    def arm(self, role: str) -> None:
-        self.arrived.clear()
-        self.release.clear()
-        self.armed = role
-
-    def __call__(self, body: dict) -> dict:
-        role = "editor" if "new_text" in (_Request(body).schema or {}).get("properties", {}) else "judge"
-        with self._lock:
-            hold, self.armed = (self.armed == role), (None if self.armed == role else self.armed)
-        if hold:
-            self.arrived.set()
-            self.release.wait(60)
-            if not self.answer_held:
-                return {"status": 503, "error": "the caller is gone"}
-        return self.answer(body)
 
 
 def kill_inside(gate: KillPoint, role: str, args: list[str], env: dict) -> str:
@@ -90,31 +47,14 @@ def kill_inside(gate: KillPoint, role: str, args: list[str], env: dict) -> str:
     return out
 
 
-def reference(tmp_path: Path, scripted_llm) -> tuple[list, str, int]:
-    """The same world, uninterrupted, on the plain driver: (decisions, S_final's SKILL.md, model calls)."""
-    install_world(scripted_llm, world())
-    skill, bundle = make_inputs(tmp_path / "ref")
-    record = register_compile(tmp_path / "ref" / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
-    ctx = StepContext.open(tmp_path / "ref" / "store", record.key)
-    report = run_inline(ctx)
-    decisions = [(d.level, str(d.coordinate), d.accepted, d.reason) for d in report.decisions]
-    return decisions, (Path(report.final_skill_dir) / "SKILL.md").read_text(), len(scripted_llm.requests)
-
-
 @pytest.mark.slow
 def test_two_kills_in_model_calls_leave_no_run_started_and_no_slot_claimed(tmp_path, scripted_llm):
     expected, expected_skill, _ = reference(tmp_path, scripted_llm)
     home = tmp_path / "home"  # a new home: the CLI gives it our dagster.yaml (the llm pool of 2)
-    skill, bundle = make_inputs(tmp_path)
-    env = {**os.environ, "DAGSTER_HOME": str(home), "OPENAI_API_KEY": "sk-test-dummy-key"}
-    env.pop("DEEP_PIPELINE_STORE", None)
-    gate = KillPoint(world())
-    with ScriptedOpenAIServer([gate] * 50) as server:
-        config = {"judge_model": "openai/judge", "judge_api_base": server.api_base, "editor_model": "openai/editor",
-                  "editor_api_base": server.api_base, "runner": "replay", "rollouts": 2}
-        (tmp_path / "compile.yaml").write_text(yaml.safe_dump(config))
-        compile_args = [str(CLI), "compile", str(skill), "--task", str(bundle), "--config", str(tmp_path / "compile.yaml")]
-        kill_inside(gate, "judge", compile_args, env)  # in the first matrix's columns
+    gate = KillPoint(one_edit_world())
+    with served_compile(tmp_path, home, gate) as served:
+        env = served.env
+        kill_inside(gate, "judge", [str(CLI), *served.compile_args], env)  # in the first matrix's columns
         (key,) = [p.name for p in (home / "compiles").iterdir()]
         resumed = kill_inside(gate, "editor", [str(CLI), "resume", key], env)  # in the first iteration's edit
         # Before the fix both llm slots stayed claimed here and this resume waited forever.
@@ -140,17 +80,11 @@ def test_two_kills_in_model_calls_leave_no_run_started_and_no_slot_claimed(tmp_p
 @pytest.mark.slow
 def test_ctrl_c_in_a_model_call_prints_one_line(tmp_path):
     """A terminal's Ctrl-C reaches the whole process group: no helper of Dagster's may print a traceback."""
-    skill, bundle = make_inputs(tmp_path)
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "OPENAI_API_KEY": "sk-test-dummy-key"}
-    env.pop("DEEP_PIPELINE_STORE", None)
-    gate = KillPoint(world())
-    with ScriptedOpenAIServer([gate] * 50) as server:
-        config = {"judge_model": "openai/judge", "judge_api_base": server.api_base, "editor_model": "openai/editor",
-                  "editor_api_base": server.api_base, "runner": "replay", "rollouts": 2}
-        (tmp_path / "compile.yaml").write_text(yaml.safe_dump(config))
+    gate = KillPoint(one_edit_world())
+    with served_compile(tmp_path, tmp_path / "home", gate) as served:
         gate.arm("judge")
-        proc = subprocess.Popen([str(CLI), "compile", str(skill), "--task", str(bundle), "--config", str(tmp_path / "compile.yaml")],
-                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        proc = subprocess.Popen([str(CLI), *served.compile_args],
+                                cwd=REPO, env=served.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         try:
             assert gate.arrived.wait(120), "no judge request arrived"
@@ -168,19 +102,18 @@ WARNING = "this Dagster instance has no limit on the 'llm' pool"
 
 
 def drive_first_step(tmp_path: Path, instance: dg.DagsterInstance, monkeypatch) -> None:
-    from deep_pipeline.definitions import defs
-    from deep_pipeline.defs.launcher import drive
+    from deep_pipeline.defs.driver import drive
     from deep_pipeline.errors import StepError
 
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))  # where the assets' store resource looks
     skill, bundle = make_inputs(tmp_path)
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
-    with pytest.raises(StepError, match="no end after 1 runs"):
-        drive(instance, tmp_path / "store", record.key, defs, max_runs=1)
+    with pytest.raises(StepError, match="no end after 1 steps"):
+        drive(instance, tmp_path / "store", record.key, max_runs=1)
 
 
 def test_the_first_step_on_an_instance_without_our_limits_warns_once_naming_the_file(tmp_path, scripted_llm, capsys, monkeypatch):
-    install_world(scripted_llm, world())
+    install_world(scripted_llm, one_edit_world())
     drive_first_step(tmp_path, dg.DagsterInstance.ephemeral(), monkeypatch)  # Dagster's defaults: no dagster.yaml
     lines = [line for line in capsys.readouterr().err.splitlines() if WARNING in line]
     assert len(lines) == 1
@@ -188,7 +121,7 @@ def test_the_first_step_on_an_instance_without_our_limits_warns_once_naming_the_
 
 
 def test_an_instance_with_our_dagster_yaml_gets_no_warning(tmp_path, scripted_llm, capsys, monkeypatch):
-    install_world(scripted_llm, world())
+    install_world(scripted_llm, one_edit_world())
     home = tmp_path / "home"
     home.mkdir()
     (home / "dagster.yaml").write_bytes((REPO / "dagster_home" / "dagster.yaml").read_bytes())

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.driver import run_inline
+from deep_pipeline.engine.steps import drive, run_step
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, World, install_world, make_inputs
-from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
 
 
 def test_a_refused_descent_selects_on_the_same_matrix_without_a_refresh(tmp_path, scripted_llm):
@@ -18,7 +17,7 @@ def test_a_refused_descent_selects_on_the_same_matrix_without_a_refresh(tmp_path
     skill, bundle = make_inputs(tmp_path)
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
     ctx = StepContext.open(tmp_path / "store", record.key)
-    report = run_inline(ctx)
+    report = drive(ctx, run_step)
 
     assert [(str(d.coordinate), d.reason) for d in report.decisions] == [
         ("s01-when-to-use/clarity", "target_cell_did_not_improve"),

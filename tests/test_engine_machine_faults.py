@@ -14,7 +14,7 @@ from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.errors import StepError
 from deep_pipeline.store import read_model
 from tests.compile_world import make_inputs
-from tests.scripted_llm import litellm, scripted_llm  # noqa: F401  (fixture)
+from tests.scripted_llm import litellm
 
 CHAT = {"runner": "chat", "agent_model": "scripted/agent", "judge_model": "scripted/judge",
         "editor_model": "scripted/editor", "rollouts": 3}

@@ -53,7 +53,7 @@ def test_valid_bundle_loads_with_resolved_task_dir_and_file_hash(tmp_path):
 
 def test_task_dir_is_relative_to_the_bundle_not_the_working_folder(tmp_path, monkeypatch):
     (tmp_path / "bundles" / "task").mkdir(parents=True)
-    path = write(tmp_path / "bundles", example_bundle())
+    write(tmp_path / "bundles", example_bundle())
     monkeypatch.chdir(tmp_path)
     assert load_bundle(Path("bundles/bundle.json")).task_dir == (tmp_path / "bundles" / "task").resolve()
 

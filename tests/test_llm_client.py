@@ -13,7 +13,7 @@ from deep_pipeline.errors import StepError
 from deep_pipeline.llm.accounting import read_calls, usage_by_role
 from deep_pipeline.llm.budget import Budget, BudgetExhausted
 from deep_pipeline.llm.client import ModelClient, ModelSettings
-from tests.scripted_llm import rate_limit, register_prices, scripted_llm, server_error, timeout  # noqa: F401
+from tests.scripted_llm import rate_limit, register_prices, server_error, timeout
 
 MESSAGES = [{"role": "user", "content": "Score the unit."}]
 
@@ -152,7 +152,7 @@ def test_call_budget_stops_before_sending(tmp_path, scripted_llm):
     judge.structured("b", MESSAGES, Verdict)
     with pytest.raises(BudgetExhausted, match="2 of 2 calls"):
         judge.structured("c", MESSAGES, Verdict)
-    assert len(scripted_llm.requests) == 2 and budget.exhausted
+    assert len(scripted_llm.requests) == 2 and budget.calls_used == 2  # the refused call is not counted
 
 
 def test_usd_budget_counts_costs_and_refuses_a_call_that_would_exceed_it(tmp_path, scripted_llm):

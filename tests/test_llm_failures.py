@@ -7,13 +7,12 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from deep_pipeline.core.config import CompileConfig
-from deep_pipeline.engine.compile_dir import usage_of_calls
 from deep_pipeline.errors import AnswerError, StepError
-from deep_pipeline.llm.accounting import read_calls, usage_by_role
+from deep_pipeline.llm.accounting import read_calls, usage_by_role, usage_of_calls
 from deep_pipeline.llm.cache import ResponseCache
 from deep_pipeline.llm.client import ModelClient, ModelSettings
 from deep_pipeline.rollouts import RolloutTask, make_runner
-from tests.scripted_llm import auth_error, rate_limit, register_prices, scripted_llm  # noqa: F401
+from tests.scripted_llm import auth_error, rate_limit, register_prices
 from tests.scripted_openai_server import ScriptedOpenAIServer
 
 MESSAGES = [{"role": "user", "content": "Score the unit."}]

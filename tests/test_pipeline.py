@@ -13,13 +13,13 @@ import dagster as dg
 import pytest
 
 from deep_pipeline.core.keys import iteration_key
-from deep_pipeline.defs.launcher import drive, register
+from deep_pipeline.defs.driver import drive
+from deep_pipeline.defs.launcher import register_with_overrides
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.driver import run_inline
+from deep_pipeline.engine import steps
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, World, install_world, make_inputs
-from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -39,17 +39,16 @@ def plain(tmp, world, scripted_llm, **overrides):
     skill, bundle = make_inputs(tmp / "plain")
     config = effective_config(load_deployment(), {**CONFIG, **overrides})
     record = register_compile(tmp / "plain-store", skill, bundle, config)
-    return run_inline(StepContext.open(tmp / "plain-store", record.key))
+    return steps.drive(StepContext.open(tmp / "plain-store", record.key), steps.run_step)
 
 
 def through_dagster(tmp, world, scripted_llm, instance, **overrides):
-    from deep_pipeline.definitions import defs
 
     install_world(scripted_llm, world)
     skill, bundle = make_inputs(tmp / "dg")
-    record, new = register(instance, tmp / "store", skill, bundle, {**CONFIG, **overrides})
+    record, new = register_with_overrides(instance, tmp / "store", skill, bundle, {**CONFIG, **overrides})
     assert new
-    return record, drive(instance, tmp / "store", record.key, defs)
+    return record, drive(instance, tmp / "store", record.key)
 
 
 def materialized(instance, asset: str | list[str], prefix: str):
@@ -110,9 +109,8 @@ def test_resume_after_finish_makes_no_new_call(env, scripted_llm):
     instance = dg.DagsterInstance.ephemeral()
     record, report = through_dagster(env, world, scripted_llm, instance)
     calls = len(scripted_llm.requests)
-    from deep_pipeline.definitions import defs
 
-    again = drive(instance, env / "store", record.key, defs)
+    again = drive(instance, env / "store", record.key)
     assert decisions_of(again) == decisions_of(report)
     assert len(scripted_llm.requests) == calls
 
@@ -164,19 +162,18 @@ def test_budget_ends_the_compile_cleanly(max_calls, path, env, scripted_llm):
 def test_compile_folder_deleted_under_a_running_compile_fails_the_next_step_clearly(env, scripted_llm):
     import shutil
 
-    from deep_pipeline.definitions import defs
     from deep_pipeline.errors import StepError
 
     install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
     skill, bundle = make_inputs(env / "dg")
     instance = dg.DagsterInstance.ephemeral()
-    record, _ = register(instance, env / "store", skill, bundle, CONFIG)
+    record, _ = register_with_overrides(instance, env / "store", skill, bundle, CONFIG)
 
     def delete_after_first_step(line):
         shutil.rmtree(env / "store" / record.key)
 
     with pytest.raises(StepError, match="compile folder is missing"):
-        drive(instance, env / "store", record.key, defs, progress=delete_after_first_step)
+        drive(instance, env / "store", record.key, progress=delete_after_first_step)
 
 
 def test_compile_job_carries_a_compile_to_its_end_with_nested_runs(env, scripted_llm):
@@ -197,7 +194,6 @@ def test_compile_job_carries_a_compile_to_its_end_with_nested_runs(env, scripted
 
 @pytest.mark.parametrize("stop_after", [1, 3])
 def test_interrupted_compile_resumes_to_the_same_end_without_repeating_calls(stop_after, env, scripted_llm):
-    from deep_pipeline.definitions import defs
 
     scenario = dict(low={("s02-steps", "actionability"): 2}, compare={("s02-steps", "actionability"): (2, 2)})
     reference = plain(env, World(**scenario), scripted_llm)
@@ -206,7 +202,7 @@ def test_interrupted_compile_resumes_to_the_same_end_without_repeating_calls(sto
     install_world(scripted_llm, World(**scenario))
     skill, bundle = make_inputs(env / "dg")
     instance = dg.DagsterInstance.ephemeral()
-    record, _ = register(instance, env / "store", skill, bundle, CONFIG)
+    record, _ = register_with_overrides(instance, env / "store", skill, bundle, CONFIG)
     steps = []
 
     def interrupt(line):
@@ -215,15 +211,14 @@ def test_interrupted_compile_resumes_to_the_same_end_without_repeating_calls(sto
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        drive(instance, env / "store", record.key, defs, progress=interrupt)
-    report = drive(instance, env / "store", record.key, defs)
+        drive(instance, env / "store", record.key, progress=interrupt)
+    report = drive(instance, env / "store", record.key)
     assert decisions_of(report) == decisions_of(reference)
     assert len(scripted_llm.requests) == reference_calls
 
 
 def test_a_stored_edit_that_no_longer_validates_is_regenerated_with_fresh_downstream_records(env, scripted_llm):
-    from deep_pipeline.engine import iteration_steps as steps
-    from deep_pipeline.engine.driver import execute
+    from deep_pipeline.engine import iteration_steps
     from deep_pipeline.engine.records import EditRecord
     from deep_pipeline.store import atomic_write_json, read_model
 
@@ -231,15 +226,15 @@ def test_a_stored_edit_that_no_longer_validates_is_regenerated_with_fresh_downst
     skill, bundle = make_inputs(env / "in")
     record = register_compile(env / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
     ctx = StepContext.open(env / "store", record.key)
-    execute(ctx, ctx.plan()[2])  # inputs
-    execute(ctx, ctx.plan()[2])  # the section matrix
-    it = steps.Iteration(ctx, "section", 0)
-    edit = steps.edit_step(it)
-    steps.candidate_step(it, edit)
+    steps.run_step(ctx, steps.next_step(ctx))  # inputs
+    steps.run_step(ctx, steps.next_step(ctx))  # the section matrix
+    it = iteration_steps.Iteration(ctx, "section", 0)
+    edit = iteration_steps.edit_step(it)
+    iteration_steps.candidate_step(it, edit)
     # The stored edit is corrupted: it no longer applies to the current SKILL.md.
     atomic_write_json(it.path("edit.json"), edit.model_copy(update={"candidate_skill_text": "tampered"}))
     calls = len(scripted_llm.requests_for("editor"))
-    fresh = steps.edit_step(it)
+    fresh = iteration_steps.edit_step(it)
     assert len(scripted_llm.requests_for("editor")) == calls + 1  # a new call, not a cache hit
     assert fresh.attempts[0].attempt == len(edit.attempts)
     assert not it.path("candidate.json").exists() and not it.path("candidate").exists()
@@ -253,7 +248,7 @@ def test_an_editor_that_never_answers_in_shape_is_a_rejection_not_a_dead_compile
     skill, bundle = make_inputs(env / "in")
     config = effective_config(load_deployment(), CONFIG)
     record = register_compile(env / "store", skill, bundle, config)
-    report = run_inline(StepContext.open(env / "store", record.key))
+    report = steps.drive(StepContext.open(env / "store", record.key), steps.run_step)
     assert report.status == "completed"
     assert [d.reason for d in report.decisions][:2] == ["edit_validation_exhausted"] * 2
     edit = (env / "store" / record.key / "iterations" / "section-i00" / "edit.json").read_text()
@@ -265,7 +260,7 @@ def test_a_resource_key_reaches_the_model_and_nothing_on_disk(env, scripted_llm)
     install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
     skill, bundle = make_inputs(env / "in")
     record = register_compile(env / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
-    report = run_inline(StepContext.open(env / "store", record.key, api_keys={"scripted": secret}))
+    report = steps.drive(StepContext.open(env / "store", record.key, api_keys={"scripted": secret}), steps.run_step)
     assert report.decisions and all(r.api_key == secret for r in scripted_llm.requests)
     leaked = [p for p in (env / "store").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert leaked == []

@@ -11,7 +11,7 @@ from deep_pipeline.errors import InputError
 from deep_pipeline.llm.budget import Budget, BudgetExhausted
 from deep_pipeline.llm.client import ModelClient, ModelSettings
 from deep_pipeline.rollouts import RolloutTask, make_runner
-from tests.scripted_llm import litellm, scripted_llm  # noqa: F401 - scripted_llm is a fixture
+from tests.scripted_llm import litellm
 
 SKILL = "---\nname: haiku\ndescription: Writes haiku.\n---\n# Haiku\n\nCount 5-7-5 syllables.\n"
 PROMPT = "Write a haiku about rain."

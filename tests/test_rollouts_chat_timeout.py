@@ -10,12 +10,12 @@ from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.keys import batch_name
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.driver import run_inline
+from deep_pipeline.engine.steps import drive, run_step
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.llm.client import ModelClient, ModelSettings
 from deep_pipeline.rollouts import RolloutTask, make_runner
 from tests.compile_world import CONFIG, MARK, World, install_world, make_inputs
-from tests.scripted_llm import scripted_llm, slow  # noqa: F401 - scripted_llm is a fixture
+from tests.scripted_llm import slow
 
 SKILL = "---\nname: haiku\ndescription: Writes haiku.\n---\n# Haiku\n\nCount 5-7-5 syllables.\n"
 
@@ -73,7 +73,7 @@ def test_slow_candidates_of_a_prompt_only_compile_are_rejected_for_timeout(tmp_p
     config = effective_config(load_deployment(), {**CONFIG, "runner": "chat", "rollout_timeout_s": 1})
     record = register_compile(tmp_path / "store", skill, bundle, config)
     ctx = StepContext.open(tmp_path / "store", record.key)
-    report = run_inline(ctx)
+    report = drive(ctx, run_step)
 
     assert [(str(d.coordinate), d.reason) for d in report.decisions] == [
         ("s01-when-to-use/clarity", "runtime_regressed:timeout")] * 2

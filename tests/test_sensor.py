@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import dagster as dg
 import pytest
@@ -12,10 +13,9 @@ from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.defs.sensors import compile_loop_sensor
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.driver import execute
+from deep_pipeline.engine.steps import next_step, run_step
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, World, install_world, make_inputs
-from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -31,9 +31,21 @@ def setup(tmp_path, scripted_llm):
     return make, tmp_path
 
 
-def tick(instance, root, cursor=None):
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def tick(instance, root, cursor=None) -> tuple[dg.SensorResult, list[str]]:
+    """One evaluation of the sensor: its result and the warnings it logged."""
+    warnings = _Collect()
     with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"store": CompileStoreResource(root=str(root))}) as context:
-        return compile_loop_sensor(context), context
+        context.log.addHandler(warnings)  # the sensor's log is a logging.Logger of Dagster's
+        return compile_loop_sensor(context), warnings.lines
 
 
 def test_new_compile_gets_its_inputs_run_then_nothing_until_something_changes(setup):
@@ -51,24 +63,37 @@ def test_new_compile_gets_its_inputs_run_then_nothing_until_something_changes(se
     assert again.run_requests == []  # nothing new since the cursor
 
 
-def test_repeated_tick_asks_for_the_same_run_key(setup):
+def test_a_repeated_tick_requests_nothing_new(setup):
+    """Dagster launches a run key once, so a tick that repeats one (a concurrent tick from the
+    same old cursor) asks for no new run; a tick after it, with its cursor, asks for none."""
     make, tmp = setup
     instance, record, _ = make(World())
     first, _ = tick(instance, tmp / "store")
     second, _ = tick(instance, tmp / "store")  # a concurrent tick from the same old cursor
-    assert [r.run_key for r in first.run_requests] == [r.run_key for r in second.run_requests]
+    requested = [(r.job_name, r.partition_key, r.run_key) for r in first.run_requests]
+    assert requested == [("prepare_inputs", record.key, f"inputs:{record.key}")]
+    assert [(r.job_name, r.partition_key, r.run_key) for r in second.run_requests] == requested
+    later, _ = tick(instance, tmp / "store", first.cursor)  # the next tick, nothing materialized since
+    assert later.run_requests == [] and later.dynamic_partitions_requests == []
 
 
-def test_cursor_follows_materializations_page_by_page(setup):
+def test_cursor_follows_materializations_page_by_page(setup, monkeypatch):
+    monkeypatch.setattr("deep_pipeline.defs.sensors.PAGE", 2)  # five events: three pages
     make, tmp = setup
     instance, record, ctx = make(World())
     first, _ = tick(instance, tmp / "store")
-    execute(ctx, ctx.plan()[2])  # the inputs step, done outside the sensor
-    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="input_traces", partition=record.key))
-    result, _ = tick(instance, tmp / "store", first.cursor)
+    run_step(ctx, next_step(ctx))  # the inputs step, done outside the sensor
+    ghosts = [f"gone-{n}" for n in range(4)]  # compiles whose folders are gone: each tick skips them, saying so
+    for partition in [*ghosts, record.key]:  # ours last: only the third page holds it
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="input_traces", partition=partition))
+    result, warnings = tick(instance, tmp / "store", first.cursor)
     assert [(r.job_name, r.partition_key) for r in result.run_requests] == [("score_matrix", f"{record.key}/section/m00")]
     assert result.dynamic_partitions_requests[0].partition_keys == [f"{record.key}/section/m00"]
-    assert json.loads(result.cursor)["ids"]["input_traces"] > 0
+    assert [line.split(":")[0] for line in warnings] == ghosts  # every page's compile was looked at
+    events = instance.fetch_materializations(dg.AssetKey("input_traces"), limit=100).records
+    assert len(events) == 5 and json.loads(result.cursor)["ids"]["input_traces"] == max(e.storage_id for e in events)
+    again, warnings = tick(instance, tmp / "store", result.cursor)  # the cursor is past all five
+    assert again.run_requests == [] and warnings == []
 
 
 def test_descent_is_requested_as_the_paragraph_matrix(setup):
@@ -77,8 +102,8 @@ def test_descent_is_requested_as_the_paragraph_matrix(setup):
     instance, record, ctx = make(world)
     first, _ = tick(instance, tmp / "store")
     # Run the steps up to the descent (two rejections of the one open cell).
-    while not (isinstance(action := ctx.plan()[2], ScoreLevel) and action.level == "paragraph"):
-        execute(ctx, action)
+    while not (isinstance((step := next_step(ctx)).action, ScoreLevel) and step.action.level == "paragraph"):
+        run_step(ctx, step)
     instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="decision", partition=f"{record.key}/section/i01"))
     result, _ = tick(instance, tmp / "store", first.cursor)
     assert [(r.job_name, r.partition_key, r.run_key) for r in result.run_requests] == [
@@ -93,8 +118,9 @@ def test_deleted_compile_folder_is_skipped_with_a_warning(setup):
     make, tmp = setup
     instance, record, _ = make(World())
     shutil.rmtree(tmp / "store" / record.key)
-    result, _ = tick(instance, tmp / "store")
+    result, warnings = tick(instance, tmp / "store")
     assert result.run_requests == []
+    assert len(warnings) == 1 and warnings[0].startswith(f"{record.key}: skipped: ") and "compile.json" in warnings[0]
 
 
 def test_a_compile_locked_by_a_driver_is_retried_on_later_ticks(setup):

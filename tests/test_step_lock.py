@@ -15,15 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, make_inputs
-from tests.scripted_llm import scripted_llm  # noqa: F401  (fixture)
-from tests.scripted_openai_server import ScriptedOpenAIServer
-from tests.test_dead_runs import KillPoint, reference, world
+from tests.served_world import KillPoint, one_edit_world, reference, served_compile
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,35 +97,32 @@ sys.exit(0 if result.success else 1)
 def test_a_cli_compile_started_while_a_daemon_run_of_it_is_in_flight_ends_as_one_driver_alone(
         tmp_path, monkeypatch, scripted_llm, capsys):
     from deep_pipeline.cli import main
-    from deep_pipeline.engine.driver import execute
+    from deep_pipeline.engine.steps import next_step, run_step
 
     expected, expected_skill, expected_calls = reference(tmp_path, scripted_llm)
     home = tmp_path / "home"
     home.mkdir()
     (home / "dagster.yaml").write_bytes((REPO / "dagster_home" / "dagster.yaml").read_bytes())
-    for name, value in (("DAGSTER_HOME", str(home)), ("OPENAI_API_KEY", "sk-test-dummy-key")):
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
-    gate = KillPoint(world(), answer_held=True)
-    with ScriptedOpenAIServer([gate] * 50) as server:
-        config = {"judge_model": "openai/judge", "judge_api_base": server.api_base, "editor_model": "openai/editor",
-                  "editor_api_base": server.api_base, "runner": "replay", "rollouts": 2}
-        (tmp_path / "compile.yaml").write_text(yaml.safe_dump(config))
-        skill, bundle = make_inputs(tmp_path)
-        record = register_compile(home / "compiles", skill, bundle, effective_config(load_deployment(), config))
+    gate = KillPoint(one_edit_world(), answer_held=True)
+    with served_compile(tmp_path, home, gate) as served:
+        for name in ("DAGSTER_HOME", "OPENAI_API_KEY"):
+            monkeypatch.setenv(name, served.env[name])
+        monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
+        record = register_compile(home / "compiles", served.skill, served.bundle,
+                                  effective_config(load_deployment(), served.config))
         ctx = StepContext.open(home / "compiles", record.key)
-        execute(ctx, ctx.plan()[2])  # the inputs (replayed: no model call)
+        run_step(ctx, next_step(ctx))  # the inputs (replayed: no model call)
         gate.arm("judge")
         daemon_run = subprocess.Popen([sys.executable, "-c", DAEMON_RUN, record.key], cwd=REPO, env=dict(os.environ),
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             assert gate.arrived.wait(120), "the daemon run never reached its matrix"
             threading.Timer(2.0, gate.release.set).start()  # it stays inside its step a while yet
-            code = main(["compile", str(skill), "--task", str(bundle), "--config", str(tmp_path / "compile.yaml")])
+            code = main(served.compile_args)
         finally:
             gate.release.set()
             _, daemon_err = daemon_run.communicate(timeout=120)
-        calls = len(server.requests)
+        calls = len(served.server.requests)
     err = capsys.readouterr().err
     assert code == 0, err
     assert daemon_run.returncode == 0, daemon_err[-3000:]

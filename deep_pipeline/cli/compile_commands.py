@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from deep_pipeline.engine.settings import REPO_ROOT
+from deep_pipeline import home as homes
 
 MODEL_FLAGS = ("judge_model", "editor_model", "agent_model")
 
@@ -44,22 +44,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _home(create: bool = True) -> Path:
-    """DAGSTER_HOME, defaulting to the repository's dagster_home/ made absolute.
+    """DAGSTER_HOME by the one rule (deep_pipeline.home), set in os.environ made absolute
+    for Dagster and the processes we start.
 
     With `create` a new home is made and gets our dagster.yaml; a home that cannot be
     used (a file, not writable) is bad input, refused before anything is written.
     """
     from deep_pipeline.store import atomic_write_bytes, require_writable_folder
 
-    home = Path(os.environ.get("DAGSTER_HOME") or REPO_ROOT / "dagster_home").resolve()
-    os.environ["DAGSTER_HOME"] = str(home)
+    home = homes.export_dagster_home()
     if not create:
         return home
     require_writable_folder(home, "DAGSTER_HOME")
     config = home / "dagster.yaml"
     if not config.exists():
         # A new home gets ours (telemetry off, the llm pool, one run per compile).
-        atomic_write_bytes(config, (REPO_ROOT / "dagster_home" / "dagster.yaml").read_bytes())
+        atomic_write_bytes(config, homes.our_dagster_yaml())
     return home
 
 
@@ -82,10 +82,9 @@ def _instance():
 
 
 def _store_root() -> Path:
-    from deep_pipeline.defs.resources import default_store_root
     from deep_pipeline.store import require_writable_folder
 
-    root = default_store_root()
+    root = homes.store_root()
     require_writable_folder(root, "compile store")
     return root
 
@@ -101,7 +100,7 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from deep_pipeline.defs.launcher import register as register_compile
+    from deep_pipeline.defs.launcher import register_with_overrides
     from deep_pipeline.engine.compiles import check_inputs
     from deep_pipeline.engine.settings import effective_config, load_deployment
 
@@ -111,47 +110,44 @@ def _compile(args: argparse.Namespace) -> int:
     check_inputs(args.skill_dir, args.task, effective_config(load_deployment(), overrides, origin))
     instance = _instance()
     root = _store_root()
-    record, new = register_compile(instance, root, args.skill_dir, args.task, overrides, origin, announce=False)
+    record, new = register_with_overrides(instance, root, args.skill_dir, args.task, overrides, origin, announce=False)
     _say(args, f"{'registered' if new else 'resuming'} compile {record.key} in {root / record.key}")
     return _drive(args, instance, root, record.key)
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from deep_pipeline.defs.resources import default_store_root
     from deep_pipeline.engine.compiles import find_compile
 
     _home(create=False)
-    root = default_store_root()
+    root = homes.store_root()
     find_compile(root, args.compile_key)  # an unknown compile is refused before the home is touched
     instance = _instance()
     return _drive(args, instance, _store_root(), args.compile_key)
 
 
 def _drive(args, instance, root: Path, key: str) -> int:
-    from deep_pipeline.definitions import defs
-    from deep_pipeline.defs.launcher import drive
+    from deep_pipeline.defs.driver import drive
 
-    report = drive(instance, root, key, defs, progress=None if args.quiet else (lambda line: _say(args, line)))
+    report = drive(instance, root, key, progress=None if args.quiet else (lambda line: _say(args, line)))
     cost = f"${report.usage_total.cost_usd:.4f}" if report.usage_total.cost_usd is not None else "unknown cost"
     stops = ", ".join(f"{lv.level}: {lv.stop_reason}" for lv in report.levels)
     print(f"{key}: {report.status} ({stops}); {len(report.decisions)} iterations, "
           f"{sum(d.accepted for d in report.decisions)} accepted; {report.usage_total.calls} model calls, {cost}")
     print(f"S_final: {report.final_skill_dir}")
     print(f"report:  {root / key / 'report.json'}")
-    print(f"UI:      DAGSTER_HOME={os.environ['DAGSTER_HOME']} dagster dev -w {REPO_ROOT / 'workspace.yaml'}")
+    print(f"UI:      DAGSTER_HOME={os.environ['DAGSTER_HOME']} dagster dev -m deep_pipeline.definitions")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     import json
 
-    from deep_pipeline.defs.resources import default_store_root
     from deep_pipeline.engine.compiles import find_compile, list_compiles
     from deep_pipeline.engine.context import StepContext
     from deep_pipeline.engine.status import compile_status, format_status
 
     _home(create=False)  # status only reads: it creates neither the home nor an instance
-    root = default_store_root()
+    root = homes.store_root()
     if args.compile_key:
         find_compile(root, args.compile_key)
         status = compile_status(StepContext.open(root, args.compile_key))

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deep_pipeline.core.keys import iteration_label
+from deep_pipeline.core.keys import iteration_key, iteration_label, matrix_key
 from deep_pipeline.core.models import Coordinate, Level, StopReason
 
 
@@ -66,3 +66,23 @@ def action_label(action: Action) -> str:
     if isinstance(action, Finalize):
         return f"finalize {action.status} section={action.section_stop} paragraph={action.paragraph_stop}"
     return "inputs" if isinstance(action, PrepareInputs) else "done"
+
+
+StepKind = Literal["inputs", "matrix", "iteration", "finalize"]
+
+
+def step_of(compile_key: str, action: Action) -> tuple[StepKind, str] | None:
+    """The step an action names, as (kind, partition key); None when the compile is done.
+
+    The one place an action becomes a step: engine/steps.next_step builds on it, and a
+    step checks with it that it is the one the policy asks for.
+    """
+    if isinstance(action, PrepareInputs):
+        return "inputs", compile_key
+    if isinstance(action, ScoreLevel):
+        return "matrix", matrix_key(compile_key, action.level, action.index)
+    if isinstance(action, RunIteration):
+        return "iteration", iteration_key(compile_key, action.level, action.index)
+    if isinstance(action, Finalize):
+        return "finalize", compile_key
+    return None

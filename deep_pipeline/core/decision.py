@@ -35,8 +35,16 @@ def timeout_share(traces: list[Trace]) -> float:
 REGRESSION_CHARS = 60
 
 
+def rule_regressions(incumbent_traces: list[Trace], candidate_traces: list[Trace]) -> list[str]:
+    """The compiler's own regressions, whatever the judge says: `timeout` when the candidate timed out more."""
+    return [TIMEOUT_REGRESSION] if timeout_share(candidate_traces) > timeout_share(incumbent_traces) else []
+
+
 def regressions(comparison: Comparison, incumbent_traces: list[Trace], candidate_traces: list[Trace]) -> list[str]:
-    """The judge's runtime regressions, cleaned, plus `timeout` when the candidate timed out more."""
+    """The judge's runtime regressions, cleaned, plus `timeout` when the candidate timed out more.
+
+    The timeout rule's only home: comparison.json keeps the judge's regressions as it gave them.
+    """
     items: list[str] = []
     for raw in comparison.runtime_regressions:
         item = " ".join(raw.split()).replace(",", ";")
@@ -44,8 +52,7 @@ def regressions(comparison: Comparison, incumbent_traces: list[Trace], candidate
             item = item[: REGRESSION_CHARS - 1] + "…"
         if item and item not in items:
             items.append(item)
-    if timeout_share(candidate_traces) > timeout_share(incumbent_traces) and TIMEOUT_REGRESSION not in items:
-        items.append(TIMEOUT_REGRESSION)
+    items += [item for item in rule_regressions(incumbent_traces, candidate_traces) if item not in items]
     return items
 
 

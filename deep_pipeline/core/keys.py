@@ -79,3 +79,25 @@ def batch_name(level: Level, index: int) -> str:
     """The trace batch holding iteration `index`'s candidate rollouts."""
     _check(level, index)
     return f"{level}-i{index:02d}"
+
+
+# The model cache's step keys (SPEC §9): one per call a step makes, so a resumed step
+# finds each of its answers again and a new attempt is a new call.
+def column_call_key(matrix_key_: str, dimension: str) -> str:
+    return f"{matrix_key_}/column/{dimension}"
+
+
+def edit_call_key(iteration_key_: str, attempt: int) -> str:
+    return f"{iteration_key_}/edit/{attempt}"
+
+
+def compare_call_key(iteration_key_: str) -> str:
+    return f"{iteration_key_}/compare"
+
+
+def rollout_call_key(batch: str, index: int) -> str:
+    """One chat rollout's call: the batch and the rollout's place in it."""
+    return f"rollout/{batch}/r{index}"
+
+
+

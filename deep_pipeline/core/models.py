@@ -24,7 +24,7 @@ NOT_RELEVANT = "target_unit_not_task_relevant"
 REGRESSED_PREFIX = "runtime_regressed:"
 NO_IMPROVEMENT = "target_cell_did_not_improve"
 EXACT_DUPLICATE = "exact_duplicate_rejected_edit"
-EDIT_INVALID = "edit_validation_exhausted"
+EDIT_VALIDATION_EXHAUSTED = "edit_validation_exhausted"
 BUDGET_EXHAUSTED = "budget_exhausted"
 
 # Level stop reasons (SPEC §7).

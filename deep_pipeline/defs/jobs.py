@@ -1,5 +1,6 @@
-"""Jobs: one per kind of step, plus `start_compile`, `compile` and `start_batch`.
+"""The step jobs: one per kind of engine step (`start_compile`, `compile` and `start_batch` are in ops.py).
 
+Each asset job runs one kind of engine step, named by its `deep/step` tag (defs/step_runs.py).
 The asset jobs (partitioned as their assets are) use the in-process executor: an iteration is a sequence of five steps
 and the multiprocess executor costs ~3 s per step here (DESIGN "Facts measured here").
 """
@@ -16,41 +17,26 @@ from deep_pipeline.defs.assets.iteration import (
     decision,
 )
 from deep_pipeline.defs.assets.output import compile_report, final_skill
-from deep_pipeline.defs.ops import compile_op, start_batch_op, start_compile_op
+from deep_pipeline.defs.step_runs import STEP_TAG
 
 prepare_inputs_job = dg.define_asset_job(
-    "prepare_inputs", selection=[input_traces], executor_def=dg.in_process_executor,
+    "prepare_inputs", selection=[input_traces], executor_def=dg.in_process_executor, tags={STEP_TAG: "inputs"},
     description="The incumbent's traces of one compile.",
 )
 score_matrix_job = dg.define_asset_job(
-    "score_matrix", selection=dg.AssetSelection.groups("matrix"),
+    "score_matrix", selection=dg.AssetSelection.groups("matrix"), tags={STEP_TAG: "matrix"},
     executor_def=dg.in_process_executor, description="Score one matrix: every column, then level_matrix.",
 )
 iteration_job = dg.define_asset_job(
     "run_iteration",
     selection=[candidate_edit, candidate_package, candidate_rollouts, comparison, decision],
-    executor_def=dg.in_process_executor,
+    executor_def=dg.in_process_executor, tags={STEP_TAG: "iteration"},
     description="One iteration: edit, candidate, rollouts, comparison, decision.",
 )
 finalize_job = dg.define_asset_job(
-    "finalize", selection=[final_skill, compile_report],
+    "finalize", selection=[final_skill, compile_report], tags={STEP_TAG: "finalize"},
     executor_def=dg.in_process_executor, description="Write S_final and the report.",
 )
-
-
-@dg.job(description="Register a compile (skill + task bundle + overrides) for the loop sensor to carry on.")
-def start_compile():
-    start_compile_op()
-
-
-@dg.job(name="compile", description="Register a compile and carry it to its end in this run (no daemon needed).")
-def compile_job():
-    compile_op()
-
-
-@dg.job(description="Start a compile for each entry of a batch manifest that has none yet.")
-def start_batch():
-    start_batch_op()
 
 
 ASSET_JOBS = [prepare_inputs_job, score_matrix_job, iteration_job, finalize_job]

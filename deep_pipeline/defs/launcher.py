@@ -1,7 +1,6 @@
-"""Registering compiles with Dagster and driving one to its end in-process.
+"""Registering compiles with Dagster; the locks, run tags and dead-run sweep every driver and step shares.
 
-The driver asks the same planner the loop sensor uses for the next run, then executes
-that named job in-process against the instance: a one-shot compile shows up in the UI
+defs/driver.py carries a compile to its end in-process: a one-shot compile shows up in the UI
 exactly like one the daemon carried, and running it again resumes where it stopped.
 """
 
@@ -19,23 +18,21 @@ from typing import Any
 
 import dagster as dg
 
-from deep_pipeline.defs.planning import COMPILE_TAG, plan_next_run
+from deep_pipeline.defs.step_runs import COMPILE_TAG
 from deep_pipeline.engine.batch import load_manifest
 from deep_pipeline.engine.compiles import register_compile
+from deep_pipeline.engine import steps
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.records import CompileRecord, Report
-from deep_pipeline.engine.settings import REPO_ROOT, effective_config, load_deployment
-from deep_pipeline.errors import InputError, StepError
-from deep_pipeline.store import read_model
+from deep_pipeline.engine.records import CompileRecord
+from deep_pipeline.engine.settings import effective_config, load_deployment
+from deep_pipeline.errors import InputError
 
-# The event log keeps every event; the terminal gets our progress lines and one error line.
-QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 LLM_POOL = "llm"
 
 
-def register(instance: dg.DagsterInstance, root: Path, skill_dir: Path, bundle: Path, overrides: dict[str, Any],
+def register_with_overrides(instance: dg.DagsterInstance, root: Path, skill_dir: Path, bundle: Path, overrides: dict[str, Any],
              origin: str = "config", announce: bool = True) -> tuple[CompileRecord, bool]:
-    """Register a compile. Returns (record, newly created).
+    """Register a compile from the deployment's settings and these overrides. Returns (record, newly created).
 
     `announce` adds its `compiles` partition, which hands it to the loop sensor; a driver
     that carries the compile itself leaves that to `drive`, which does it under its lock.
@@ -44,13 +41,13 @@ def register(instance: dg.DagsterInstance, root: Path, skill_dir: Path, bundle: 
     existed = {p.name for p in Path(root).iterdir()} if Path(root).is_dir() else set()
     record = register_compile(root, skill_dir, bundle, config)
     if announce:
-        _announce(instance, record.key)
+        announce_compile(instance, record.key)
     return record, record.key not in existed
 
 
-def _announce(instance: dg.DagsterInstance, key: str) -> None:
-    if not instance.has_dynamic_partition("compiles", key):
-        instance.add_dynamic_partitions("compiles", [key])
+def announce_compile(instance: dg.DagsterInstance, key: str) -> None:
+    if not instance.has_dynamic_partition(steps.COMPILES, key):
+        instance.add_dynamic_partitions(steps.COMPILES, [key])
 
 
 # The loop sensor's probe holds a compile's lock for an instant: a driver starting in
@@ -172,9 +169,11 @@ def instance_warning(instance: dg.DagsterInstance) -> str | None:
         missing.append(f"no one-run-per-compile limit (concurrency.runs.tag_concurrency_limits on '{COMPILE_TAG}')")
     if not missing:
         return None
-    home = os.environ.get("DAGSTER_HOME") or "DAGSTER_HOME"
+    from deep_pipeline.home import HOME_VARIABLE, our_dagster_yaml_name
+
+    home = os.environ.get(HOME_VARIABLE) or HOME_VARIABLE
     return (f"{home}: this Dagster instance has {' and '.join(missing)}: copy "
-            f"{REPO_ROOT / 'dagster_home' / 'dagster.yaml'} to {home}/dagster.yaml, or add those settings to yours")
+            f"{our_dagster_yaml_name()} to {home}/dagster.yaml, or add those settings to yours")
 
 
 @contextlib.contextmanager
@@ -194,97 +193,13 @@ def asset_step(context: dg.AssetExecutionContext, ctx: StepContext, first: bool 
         yield
 
 
-def drive(instance: dg.DagsterInstance, root: Path, key: str, defs: dg.Definitions,
-          progress: Callable[[str], None] | None = None, max_runs: int = 10_000) -> Report:
-    """Run the compile's next job until it is finalized."""
-    ctx = StepContext.open(root, key)
-    with driver_lock(ctx):
-        _announce(instance, key)  # under the lock: the sensor sees it held and leaves it alone
-        for _ in range(max_runs):
-            planned = plan_next_run(ctx)
-            if planned is None:
-                return read_model(ctx.cdir.report_path, Report)
-            release_dead_runs(instance, progress or (lambda line: None))  # before the step claims a slot
-            calls_before = len(ctx.cdir.calls())  # the progress line reports this step's calls only
-            if not instance.has_dynamic_partition(planned.partitions_def, planned.partition_key):
-                instance.add_dynamic_partitions(planned.partitions_def, [planned.partition_key])
-            result = defs.resolve_job_def(planned.job_name).execute_in_process(
-                partition_key=planned.partition_key, instance=instance, raise_on_error=False, run_config=QUIET_CONSOLE,
-                tags={**planned.tags(key), **process_tags()},  # a kill -9 of this process is noticed by the next driver
-            )
-            if not result.success:
-                if _interrupted(result):
-                    raise KeyboardInterrupt
-                raise StepError(f"{planned.job_name} run {result.run_id} for {planned.partition_key} failed: {_failure(result)}")
-            if progress:
-                progress(describe_step(ctx, planned, calls_before))
-    raise StepError(f"{key}: no end after {max_runs} runs")
-
-
-def describe_step(ctx: StepContext, planned, calls_before: int = 0) -> str:
-    """One progress line: what the step did and what it spent (its own calls, not the compile's)."""
-    from deep_pipeline.core.keys import iteration_label, parse_key
-    from deep_pipeline.engine.compile_dir import usage_of_calls
-    from deep_pipeline.engine.io_steps import INPUT_BATCH
-    from deep_pipeline.engine.iteration_steps import Iteration
-    from deep_pipeline.engine.records import DecisionRecord
-
-    calls = ctx.cdir.calls()[calls_before:]
-    usage = usage_of_calls(calls)
-    cost = f"${usage.cost_usd:.4f}" if usage.cost_usd is not None else "cost unknown"
-    cached = sum(c.cache_hit for c in calls)
-    from_cache = f", {cached} from the cache" if cached else ""
-    tail = f"[{usage.calls} calls{from_cache}, {usage.prompt_tokens + usage.completion_tokens} tokens, {cost}]"
-    if planned.action == "iteration":
-        _, level, _, index = parse_key(planned.partition_key)
-        d = Iteration(ctx, level, index).load("decision.json", DecisionRecord).decision
-        verdict = "accepted" if d.accepted else "rejected"
-        return f"{iteration_label(level, index)}: {d.coordinate} {verdict} ({d.reason}) {tail}"
-    if planned.action == "inputs" and ctx.cdir.has_batch(INPUT_BATCH):
-        traces = ctx.cdir.traces(INPUT_BATCH)
-        failed = [t.error_category for t in traces if t.error_category]
-        if failed:
-            kinds = ", ".join(sorted(set(failed)))
-            every = "all " if len(failed) == len(traces) else ""
-            return f"inputs {planned.partition_key}: {every}{len(failed)} of {len(traces)} rollouts failed ({kinds}) {tail}"
-    return f"{planned.action} {planned.partition_key} done {tail}"
-
-
-def _interrupted(result) -> bool:
-    names = {"KeyboardInterrupt", "DagsterExecutionInterruptedError"}
-    for event in result.all_events:
-        error = event.step_failure_data.error if event.is_step_failure else None
-        while error is not None:
-            if error.cls_name in names:
-                return True
-            error = error.cause
-    return False
-
-
-def _failure(result) -> str:
-    """The innermost cause of the failed step: ours (StepError, InputError), not Dagster's wrapper."""
-    for event in result.all_events:
-        if event.is_step_failure:
-            error = event.step_failure_data.error
-            while error is not None and error.cause is not None:
-                error = error.cause
-            return " ".join(error.message.split()) if error else "step failed"
-    for event in result.all_events:  # no step failed: the run itself did (e.g. a resource)
-        error = getattr(event.event_specific_data, "error", None) if event.is_run_failure else None
-        while error is not None and error.cause is not None:
-            error = error.cause
-        if error is not None:
-            return " ".join(error.message.split())
-    return "run failed"
-
-
-def start_batch(instance: dg.DagsterInstance, root: Path, manifest_path: Path) -> list[tuple[str, bool]]:
+def register_batch(instance: dg.DagsterInstance, root: Path, manifest_path: Path) -> list[tuple[str, bool]]:
     """Register every entry; those with a compile already are left as they are."""
     manifest = load_manifest(manifest_path)
     base = Path(manifest_path).resolve().parent
     started = []
     for i, entry in enumerate(manifest.entries):
-        record, new = register(instance, root, base / entry.skill, base / entry.bundle, entry.overrides,
+        record, new = register_with_overrides(instance, root, base / entry.skill, base / entry.bundle, entry.overrides,
                                origin=f"{manifest_path}: entries[{i}].overrides")
         started.append((record.key, new))
     return started

@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from deep_pipeline.core.matrix import matrix_markdown
-from deep_pipeline.engine.records import Usage
+from deep_pipeline.llm.accounting import Usage
 from deep_pipeline.store import sha256_bytes
 
 

@@ -1,4 +1,8 @@
-"""Ops of the non-asset jobs: start a compile, carry one to its end, start a batch."""
+"""The non-asset jobs and their ops: start a compile, carry one to its end, start a batch.
+
+They sit here rather than in jobs.py because `compile` drives the step jobs (defs/driver.py
+imports them): beside the step jobs they would import themselves.
+"""
 
 
 from pathlib import Path
@@ -7,7 +11,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from deep_pipeline.defs.launcher import drive, register, start_batch
+from deep_pipeline.defs.driver import drive
+from deep_pipeline.defs.launcher import process_tags, register_batch, register_with_overrides
 from deep_pipeline.defs.resources import CompileDefaultsResource, CompileStoreResource
 
 
@@ -24,7 +29,7 @@ class BatchRequest(dg.Config):
 def _register(context: dg.OpExecutionContext, config: CompileRequest, store: CompileStoreResource,
               defaults: CompileDefaultsResource, announce: bool = True):
     overrides = {**defaults.overrides(), **config.overrides}
-    record, new = register(context.instance, store.root_path(), Path(config.skill_dir), Path(config.bundle), overrides,
+    record, new = register_with_overrides(context.instance, store.root_path(), Path(config.skill_dir), Path(config.bundle), overrides,
                            "run config: overrides", announce=announce)
     context.log.info(f"{'registered' if new else 'found existing'} compile {record.key}")
     context.add_output_metadata({"compile": record.key, "new": new, "folder": str(store.root_path() / record.key)})
@@ -40,20 +45,32 @@ def start_compile_op(context: dg.OpExecutionContext, config: CompileRequest, sto
 @dg.op(description="Register a compile and run its steps as nested runs until it is finalized.")
 def compile_op(context: dg.OpExecutionContext, config: CompileRequest, store: CompileStoreResource,
                defaults: CompileDefaultsResource) -> str:
-    from deep_pipeline.definitions import defs
-    from deep_pipeline.defs.launcher import process_tags
-
     # This run drives the compile: a kill -9 of its process is noticed by the next driver too.
     context.instance.add_run_tags(context.run_id, process_tags())
     record = _register(context, config, store, defaults, announce=False)
-    report = drive(context.instance, store.root_path(), record.key, defs, progress=context.log.info)
+    report = drive(context.instance, store.root_path(), record.key, progress=context.log.info)
     context.log.info(f"{record.key}: {report.status}; S_final at {report.final_skill_dir}")
     return record.key
 
 
 @dg.op(description="Register a compile for each manifest entry whose skill + bundle + config has none yet.")
 def start_batch_op(context: dg.OpExecutionContext, config: BatchRequest, store: CompileStoreResource) -> list[str]:
-    started = start_batch(context.instance, store.root_path(), Path(config.manifest))
+    started = register_batch(context.instance, store.root_path(), Path(config.manifest))
     for key, new in started:
         context.log.info(f"{key}: {'started' if new else 'exists'}")
     return [key for key, new in started if new]
+
+
+@dg.job(description="Register a compile (skill + task bundle + overrides) for the loop sensor to carry on.")
+def start_compile():
+    start_compile_op()
+
+
+@dg.job(name="compile", description="Register a compile and carry it to its end in this run (no daemon needed).")
+def compile_job():
+    compile_op()
+
+
+@dg.job(description="Start a compile for each entry of a batch manifest that has none yet.")
+def start_batch():
+    start_batch_op()

@@ -6,6 +6,8 @@ Keys: `compiles` = `<skill>-<6 hex>`; `matrices` = `<compile>/<level>/m<NN>`;
 
 import dagster as dg
 
-compiles_partitions = dg.DynamicPartitionsDefinition(name="compiles")
-matrices_partitions = dg.DynamicPartitionsDefinition(name="matrices")
-iterations_partitions = dg.DynamicPartitionsDefinition(name="iterations")
+from deep_pipeline.engine.steps import COMPILES, ITERATIONS, MATRICES
+
+compiles_partitions = dg.DynamicPartitionsDefinition(name=COMPILES)
+matrices_partitions = dg.DynamicPartitionsDefinition(name=MATRICES)
+iterations_partitions = dg.DynamicPartitionsDefinition(name=ITERATIONS)

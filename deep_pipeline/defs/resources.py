@@ -8,16 +8,11 @@ from pathlib import Path
 import dagster as dg
 
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.services import dagster_home
+from deep_pipeline.home import store_root
+from deep_pipeline.secrets import PROVIDER_VARIABLES
 
-
-def default_store_root() -> Path:
-    """`$DEEP_PIPELINE_STORE`, else `$DAGSTER_HOME/compiles`."""
-    env = os.environ.get("DEEP_PIPELINE_STORE")
-    return Path(env).resolve() if env else dagster_home() / "compiles"
-
-
-KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
+# The providers this resource has a field for -> their key variable (from the one map).
+KEY_VARIABLES = {p: PROVIDER_VARIABLES[p][0] for p in ("anthropic", "openai", "gemini")}
 
 
 class ProviderKeysResource(dg.ConfigurableResource):
@@ -42,24 +37,24 @@ class ProviderKeysResource(dg.ConfigurableResource):
 
 
 class CompileStoreResource(dg.ConfigurableResource):
-    """The compile store. Empty `root` means `default_store_root()`."""
+    """The compile store. Empty `root` means `deep_pipeline.home.store_root()`."""
 
     root: str = ""
     replay: bool = False  # answer model calls only from the cache (deterministic re-runs)
     provider_keys: ProviderKeysResource | None = None
 
     def root_path(self) -> Path:
-        return Path(self.root).resolve() if self.root else default_store_root()
+        return Path(self.root).resolve() if self.root else store_root()
 
     def context(self, compile_key: str) -> StepContext:
         return StepContext.open(self.root_path(), compile_key, replay=self.replay, api_keys=self.provider_keys.by_provider() if self.provider_keys else None)
 
 
 class CompileDefaultsResource(dg.ConfigurableResource):
-    """Models and runner for compiles started from the UI, a job or the batch schedule.
+    """Models and runner for compiles the `start_compile` and `compile` jobs register (run config
+    overrides win). A batch entry takes only the deployment's defaults and its own overrides.
 
-    Provider keys are read from the environment by litellm (ANTHROPIC_API_KEY,
-    OPENAI_API_KEY, ...); they are never copied into config, metadata or reports.
+    No keys here: they come from ProviderKeysResource (EnvVars), never from config.
     """
 
     judge_model: str | None = None  # None: the deployment's default (deep_pipeline.yaml), else "local"

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from deep_pipeline.defs.jobs import start_batch
+from deep_pipeline.defs.ops import start_batch
 
 batch_schedule = dg.ScheduleDefinition(
     name="daily_batch",

@@ -3,7 +3,7 @@
 A plain `@sensor` (an `@asset_sensor` only sees the latest event per tick and would drop
 some, dagster#32853). Its JSON cursor holds the last storage id read per watched asset
 and the compile keys already seen, so each tick only looks at compiles that changed.
-The run key `<action>:<partition key>` makes a repeated or concurrent tick harmless:
+The run key `<step kind>:<partition key>` makes a repeated or concurrent tick harmless:
 Dagster never launches a run key twice.
 """
 
@@ -15,7 +15,8 @@ import dagster as dg
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.jobs import ASSET_JOBS
 from deep_pipeline.defs.launcher import driven_elsewhere, release_dead_runs
-from deep_pipeline.defs.planning import plan_next_run
+from deep_pipeline.defs.step_runs import job_name, run_tags
+from deep_pipeline.engine.steps import COMPILES, next_step
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.errors import InputError, StepError
@@ -52,22 +53,21 @@ def touched_compiles(instance: dg.DagsterInstance, cursor: dict) -> set[str]:
         if after is not None:
             cursor["ids"][name] = after
     seen = set(cursor["seen"])
-    new = set(instance.get_dynamic_partitions("compiles")) - seen
+    new = set(instance.get_dynamic_partitions(COMPILES)) - seen
     cursor["seen"] = sorted(seen | new)
     # Compiles skipped while another driver held them are looked at again every tick.
     return touched | new | set(cursor["pending"])
 
 
 def requests_for(ctx: StepContext) -> tuple[dg.RunRequest | None, dg.AddDynamicPartitionsRequest | None]:
-    planned = plan_next_run(ctx)
-    if planned is None:
+    step = next_step(ctx)
+    if step is None:
         return None, None
-    run = dg.RunRequest(
-        run_key=planned.run_key, job_name=planned.job_name, partition_key=planned.partition_key, tags=planned.tags(ctx.cdir.key)
-    )
+    run = dg.RunRequest(run_key=step.run_key, job_name=job_name(ASSET_JOBS, step), partition_key=step.partition_key,
+                        tags=run_tags(ctx.cdir.key))
     add = None
-    if planned.partitions_def != "compiles":
-        add = dg.AddDynamicPartitionsRequest(partitions_def_name=planned.partitions_def, partition_keys=[planned.partition_key])
+    if step.partition_set != COMPILES:
+        add = dg.AddDynamicPartitionsRequest(partitions_def_name=step.partition_set, partition_keys=[step.partition_key])
     return run, add
 
 

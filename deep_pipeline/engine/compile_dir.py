@@ -11,8 +11,9 @@ from pathlib import Path
 
 from deep_pipeline.core.history import History
 from deep_pipeline.core.models import Trace
-from deep_pipeline.engine.records import CompileRecord, DecisionRecord, MatrixRecord, TraceBatchRecord, Usage
+from deep_pipeline.engine.records import CompileRecord, DecisionRecord, MatrixRecord, TraceBatchRecord
 from deep_pipeline.errors import StepError
+from deep_pipeline.llm.accounting import CallRecord, Usage, read_calls, spent, usage_by_role, usage_of_calls
 from deep_pipeline.store import atomic_write_json, read_model
 
 
@@ -119,17 +120,16 @@ class CompileDir:
         files = sorted((self.path / "iterations").glob("*/decision.json"))
         return [read_model(f, DecisionRecord) for f in files]
 
-    def calls(self) -> list:
+    def calls(self) -> list[CallRecord]:
         """Every real model call so far (llm/calls.jsonl; a line cut by a crash is skipped)."""
-        from deep_pipeline.llm.accounting import read_calls
-
         return read_calls(self.calls_log)
 
     def usage_by_role(self) -> tuple[dict[str, Usage], Usage]:
-        return totals_by_role(self.calls())
+        calls = self.calls()
+        return usage_by_role(calls), usage_of_calls(calls)
 
     def usage(self) -> Usage:
-        return self.usage_by_role()[1]
+        return usage_of_calls(self.calls())
 
     def history(self) -> History:
         """The compile's history: its matrices and decisions in the order they happened."""
@@ -137,33 +137,14 @@ class CompileDir:
         events = [(m.seq, m.matrix) for m in self.matrix_records()]
         events += [(d.seq, d.decision) for d in self.decision_records()]
         events.sort(key=lambda pair: pair[0])
-        calls = self.calls()  # read once: both the call count and the spend come from it
+        calls, usd = spent(self.calls())  # what the budget counts, by the budget's own rule
         return History(
             skill_text=self.skill_text(),
             input_batch="input" if self.has_batch("input") else None,
             events=[event for _, event in events],
-            calls=totals_by_role(calls)[1].calls,
-            # What the budget counts: known costs only (an unpriced call adds nothing).
-            usd=sum(r.cost_usd or 0.0 for r in calls if not r.cache_hit),
+            calls=calls,
+            usd=usd,
             budget_stop=self.budget_stop_path.is_file(),
             finalized=self.report_path.is_file(),
         )
 
-
-def totals_by_role(calls: list) -> tuple[dict[str, Usage], Usage]:
-    """Model-call totals per role and in all, from the model layer's own accounting."""
-    from deep_pipeline.llm.accounting import usage_by_role
-
-    roles = {
-        role: Usage.model_validate(totals.model_dump(include=set(Usage.model_fields)))
-        for role, totals in usage_by_role(list(calls)).items()
-    }
-    total = Usage()
-    for usage in roles.values():
-        total = total.add(usage)
-    return roles, total
-
-
-def usage_of_calls(calls: list) -> Usage:
-    """The usage of one step's calls (its CallRecords)."""
-    return totals_by_role(calls)[1]

@@ -1,4 +1,4 @@
-"""What every step starts from: the compile's folder, its record, state and next action."""
+"""What every step starts from: the compile's folder, its record, and its outlook (history, state, next action)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from deep_pipeline.core.config import CompileConfig, Dimension
 from deep_pipeline.core.history import History
-from deep_pipeline.core.policy import derive_state, next_action
+from deep_pipeline.core.actions import Action, StepKind, action_label, step_of
+from deep_pipeline.core.policy import CompileState, derive_state, next_action
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.engine.services import Services, build_services
@@ -108,8 +109,27 @@ class StepContext:
         self.cdir.require()
         return self.cdir.history()
 
-    def plan(self):
-        """(history, state, next action) as the policy sees the compile right now."""
+    def look(self) -> "Outlook":
+        """The compile as the policy sees it right now: its history, state and next action."""
         history = self.history()
         state = derive_state(history, self.config)
-        return history, state, next_action(state, self.config)
+        return Outlook(history, state, next_action(state, self.config))
+
+    def expect(self, kind: StepKind, partition_key: str) -> "Outlook":
+        """The outlook, checked to name this step next: the one "is this the compile's next step?" check.
+
+        A step calls it only when it has no stored record to return: a finished step re-run
+        (a resume, a re-materialization in the UI) returns its record whatever comes next.
+        """
+        outlook = self.look()
+        if step_of(self.cdir.key, outlook.action) != (kind, partition_key):
+            raise StepError(f"{kind} {partition_key}: not the compile's next step "
+                            f"(the policy asks for {action_label(outlook.action)})")
+        return outlook
+
+
+@dataclass(frozen=True)
+class Outlook:
+    history: History
+    state: CompileState
+    action: Action

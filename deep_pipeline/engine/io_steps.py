@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from deep_pipeline.core.actions import Finalize
+from pathlib import Path
+from typing import NamedTuple
+
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Decision, Trace
-from deep_pipeline.core.policy import derive_state
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.records import CompileRecord, Report, TraceBatchRecord
-from deep_pipeline.errors import StepError
+from deep_pipeline.errors import StepError, one_line
 from deep_pipeline.store import (
     atomic_copy_tree,
     atomic_write_json,
@@ -83,15 +84,10 @@ def roll_out(ctx: StepContext, package_dir, skill_sha256: str, batch: str) -> li
         first = faults[0]
         raise StepError(
             f"{batch} rollouts: {len(faults)} of {len(traces)} failed outside the agent "
-            f"({first.trace_id}: {first.error_category}: {_one_line(first.error_reason)}); "
+            f"({first.trace_id}: {first.error_category}: {one_line(first.error_reason, 200)}); "
             "run the compile again to redo only those"
         )
     return traces
-
-
-def _one_line(text: str | None, limit: int = 200) -> str:
-    line = " ".join((text or "no reason given").split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def input_step(ctx: StepContext) -> TraceBatchRecord | None:
@@ -121,18 +117,40 @@ def input_step(ctx: StepContext) -> TraceBatchRecord | None:
     return batch
 
 
-def finalize_step(ctx: StepContext) -> Report:
-    """Write S_final and report.json (SPEC §8). No fresh rollouts are made for the report."""
+class FinalSkill(NamedTuple):
+    status: str  # the compile's end: "completed" or "budget_exhausted"
+    folder: Path
+    package_hash: str
+    skill_sha256: str
+
+
+def final_skill_step(ctx: StepContext) -> FinalSkill:
+    """Write S_final: S_fast's package with the current SKILL.md (SPEC §8)."""
+    cdir = ctx.cdir
+    if cdir.report_path.is_file():
+        report = read_model(cdir.report_path, Report)
+        return FinalSkill(report.status, cdir.final_skill, report.final_package_hash, report.final_skill_sha256)
+    outlook = ctx.expect("finalize", cdir.key)
+    action, final_text = outlook.action, outlook.state.current_skill_text
+    atomic_copy_tree(cdir.input_skill, cdir.final_skill, replace={"SKILL.md": final_text.encode("utf-8")})
+    return FinalSkill(action.status, cdir.final_skill, package_hash(cdir.final_skill), sha256_text(final_text))
+
+
+def report_step(ctx: StepContext) -> Report:
+    """Write report.json from the history and the S_final on disk (SPEC §8): the compile's end.
+
+    No fresh rollouts are made for the report.
+    """
     cdir = ctx.cdir
     if cdir.report_path.is_file():
         return read_model(cdir.report_path, Report)
-    history, state, action = ctx.plan()
-    if not isinstance(action, Finalize):
-        raise ValueError(f"{cdir.key}: the compile is not ready to finalize (next: {type(action).__name__})")
+    outlook = ctx.expect("finalize", cdir.key)
+    history, state, action = outlook.history, outlook.state, outlook.action
+    final_sha = sha256_text(state.current_skill_text)
+    written = cdir.final_skill / "SKILL.md"
+    if not written.is_file() or sha256_text(written.read_text(encoding="utf-8")) != final_sha:
+        raise StepError(f"{cdir.final_skill}: S_final is missing or not the current SKILL.md; run final_skill first")
     record = ctx.record
-    final_text = state.current_skill_text
-    atomic_copy_tree(cdir.input_skill, cdir.final_skill, replace={"SKILL.md": final_text.encode("utf-8")})
-    final_sha = sha256_text(final_text)
     final_batch = state.current_trace_batch
     final_traces = cdir.batch(final_batch) if final_batch and cdir.has_batch(final_batch) else None
     ran_on_final = final_traces is not None and final_traces.skill_sha256 == final_sha
@@ -150,7 +168,7 @@ def finalize_step(ctx: StepContext) -> Report:
         agent_model=config.agent_model,
         judge_model=config.judge_model,
         editor_model=config.editor_model,
-        levels=derive_state(history, config).level_summaries(),
+        levels=state.level_summaries(),
         decisions=[e for e in history.events if isinstance(e, Decision)],
         final_rollouts=final_traces.trace_ids if ran_on_final else [],
         final_rollouts_batch=final_batch if ran_on_final else None,
@@ -162,3 +180,8 @@ def finalize_step(ctx: StepContext) -> Report:
     atomic_write_json(cdir.report_path, report)
     return report
 
+
+def finalize_step(ctx: StepContext) -> Report:
+    """S_final, then report.json: the two assets of the finalize job, in one call."""
+    final_skill_step(ctx)
+    return report_step(ctx)

@@ -8,19 +8,22 @@ repeats nothing finished; the decision, once written, is the commit.
 from __future__ import annotations
 
 import shutil
+from typing import NamedTuple
 
-from deep_pipeline.core.decision import candidate_label, decide, order_seed
+from deep_pipeline.core.decision import candidate_label, decide, order_seed, rule_regressions
 from deep_pipeline.core.edits import prepare_edit
-from deep_pipeline.core.keys import batch_name, iteration_key
+from deep_pipeline.core.keys import batch_name, compare_call_key, edit_call_key, iteration_key, matrix_key, parse_key
+from deep_pipeline.core.matrix import current_matrix
 from deep_pipeline.core.models import (
     BUDGET_EXHAUSTED,
-    EDIT_INVALID,
+    EDIT_VALIDATION_EXHAUSTED,
     EXACT_DUPLICATE,
     Cell,
     Decision,
+    ScoreMatrix,
 )
 from deep_pipeline.core.actions import RunIteration
-from deep_pipeline.engine.compile_dir import usage_of_calls
+from deep_pipeline.llm.accounting import usage_of_calls
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.io_steps import roll_out
 from deep_pipeline.engine.records import (
@@ -29,6 +32,7 @@ from deep_pipeline.engine.records import (
     DecisionRecord,
     EditAttempt,
     EditRecord,
+    MatrixRecord,
     RolloutsRecord,
     TraceBatchRecord,
 )
@@ -37,7 +41,7 @@ from deep_pipeline.store import atomic_copy_tree, atomic_write_json, package_has
 
 SKIP_REASONS = {
     "exact_duplicate": EXACT_DUPLICATE,
-    "edit_validation_exhausted": EDIT_INVALID,
+    "edit_validation_exhausted": EDIT_VALIDATION_EXHAUSTED,
     "budget_exhausted": BUDGET_EXHAUSTED,
 }
 
@@ -75,11 +79,13 @@ def edit_step(it: Iteration) -> EditRecord:
     stored = it.load("edit.json", EditRecord)
     if it.path("decision.json").is_file() and stored is not None:
         return stored
-    history, state, action = ctx.plan()
-    if not (isinstance(action, RunIteration) and action.level == it.level and action.index == it.index):
-        if stored is not None:
+    try:
+        outlook = ctx.expect("iteration", it.key)
+    except StepError:
+        if stored is not None:  # begun before the policy moved on (e.g. to the budget stop): finish it
             return stored
-        raise StepError(f"{it.key}: not the compile's next step (the policy asks for {type(action).__name__})")
+        raise
+    history, state, action = outlook.history, outlook.state, outlook.action
     if stored is not None and _still_valid(stored, state):
         return stored
     # A stored edit that no longer validates is regenerated, not trusted (SPEC §9):
@@ -118,6 +124,7 @@ def _write_edit(it: Iteration, state, action: RunIteration, seq: int, first_atte
     base = dict(
         seq=seq, level=it.level, index=it.index, section_id=action.section_id, coordinate=coordinate, cell=cell, unit=unit,
         base_skill_sha256=sha256_text(state.current_skill_text), incumbent_batch=state.current_trace_batch,
+        matrix_key=matrix_key(ctx.cdir.key, state.current_matrix.level, state.current_matrix.index),
         unit_text_before=unit.text,
     )
     attempts, failed, calls = [], [], []
@@ -125,7 +132,7 @@ def _write_edit(it: Iteration, state, action: RunIteration, seq: int, first_atte
         try:
             edit, made = propose_edit(
                 ctx.services.editor,
-                step_key=f"{it.key}/edit/{attempt}",
+                step_key=edit_call_key(it.key, attempt),
                 task_prompt=ctx.task_prompt,
                 skill_text=state.current_skill_text,
                 unit=unit,
@@ -208,27 +215,45 @@ def comparison_step(it: Iteration, edit: EditRecord, rollouts: RolloutsRecord) -
         if rollouts.skipped:
             return ComparisonRecord(skipped=rollouts.skipped)
         seed = order_seed(it.key)
+        incumbent, candidate = ctx.cdir.traces(edit.incumbent_batch), ctx.cdir.traces(rollouts.batch)
         try:
             comparison, calls = compare_cell(
-                ctx.services.judge, step_key=f"{it.key}/compare", task_prompt=ctx.task_prompt, unit=edit.unit,
+                ctx.services.judge, step_key=compare_call_key(it.key), task_prompt=ctx.task_prompt, unit=edit.unit,
                 old_text=edit.unit_text_before, new_text=edit.unit_text_after,
                 dimension=ctx.dimension(edit.coordinate.dimension),
-                incumbent_traces=ctx.cdir.traces(edit.incumbent_batch), candidate_traces=ctx.cdir.traces(rollouts.batch),
+                incumbent_traces=incumbent, candidate_traces=candidate,
                 candidate_label=candidate_label(seed), order_seed=seed,
             )
         except BudgetExhausted:
             return ComparisonRecord(skipped="budget_exhausted")
         return ComparisonRecord(
-            comparison=comparison, incumbent_batch=edit.incumbent_batch, candidate_batch=rollouts.batch,
-            usage=usage_of_calls(calls),
+            comparison=comparison, rule_regressions=rule_regressions(incumbent, candidate),
+            incumbent_batch=edit.incumbent_batch, candidate_batch=rollouts.batch, usage=usage_of_calls(calls),
         )
 
     return it.once("comparison.json", ComparisonRecord, make)
 
 
-def decision_step(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> DecisionRecord:
+class Decided(NamedTuple):
+    record: DecisionRecord
+    matrix_after: ScoreMatrix | None  # the level's current matrix once this decision counts
+
+
+def decision_step(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> Decided:
     """Apply the decision rule (SPEC §6.6) and record it: the commit (§6.7)."""
-    return it.once("decision.json", DecisionRecord, lambda: _decide(it, edit, comparison))
+    record = it.once("decision.json", DecisionRecord, lambda: _decide(it, edit, comparison))
+    return Decided(record, _matrix_after(it, edit, record))
+
+
+def _matrix_after(it: Iteration, edit: EditRecord, record: DecisionRecord) -> ScoreMatrix | None:
+    """The matrix the cell came from with the level's accepted cells up to this decision (SPEC §5)."""
+    if edit.matrix_key is None:
+        return None
+    _, level, _, index = parse_key(edit.matrix_key)
+    scored = read_model(it.ctx.cdir.matrix_dir(level, index) / "matrix.json", MatrixRecord)
+    accepted = [d.decision for d in it.ctx.cdir.decision_records()
+                if d.decision.level == level and scored.seq < d.seq <= record.seq and d.decision.accepted]
+    return current_matrix(scored.matrix, accepted)
 
 
 def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> DecisionRecord:
@@ -260,7 +285,7 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
     return DecisionRecord(seq=edit.seq, decision=decision, usage=edit.usage.add(comparison.usage))
 
 
-def run_iteration(ctx: StepContext, level: str, index: int) -> DecisionRecord:
+def run_iteration(ctx: StepContext, level: str, index: int) -> Decided:
     it = Iteration(ctx, level, index)
     edit = edit_step(it)
     candidate = candidate_step(it, edit)

@@ -7,14 +7,14 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from pydantic import BaseModel
 
-from deep_pipeline.core.keys import matrix_key
+from deep_pipeline.core.keys import column_call_key, matrix_key
 from deep_pipeline.core.models import ScoreMatrix, Unit
 from deep_pipeline.core.actions import ScoreLevel
 from deep_pipeline.core.units import cut_units
-from deep_pipeline.engine.compile_dir import usage_of_calls
+from deep_pipeline.llm.accounting import usage_of_calls
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.records import ColumnRecord, MatrixRecord, Usage
-from deep_pipeline.errors import StepError
+from deep_pipeline.engine.records import ColumnRecord, MatrixRecord
+from deep_pipeline.llm.accounting import Usage
 from deep_pipeline.store import atomic_write_json, read_model, sha256_text
 
 
@@ -32,8 +32,8 @@ class MatrixStart(BaseModel):
     units: list[Unit]
 
 
-class MatrixPlan:
-    """What a ScoreLevel action scores: the units cut now, on the current traces."""
+class MatrixStep:
+    """One matrix's folder and stored records; `begin()` fixes what it scores (plan.json)."""
 
     def __init__(self, ctx: StepContext, level: str, index: int):
         self.ctx = ctx
@@ -41,24 +41,20 @@ class MatrixPlan:
         self.key = matrix_key(ctx.cdir.key, level, index)
         done = self.folder / "matrix.json"
         self.record: MatrixRecord | None = read_model(done, MatrixRecord) if done.is_file() else None
-        if self.record is not None:
-            return
         start_path = self.folder / "plan.json"
-        if start_path.is_file():
-            start = read_model(start_path, MatrixStart)
-        else:
-            start = self._start(level, index)
-            atomic_write_json(start_path, start)
-        self.action, self.seq = start.action, start.seq
-        self.skill_text, self.trace_batch, self.units = start.skill_text, start.trace_batch, start.units
+        self.start: MatrixStart | None = read_model(start_path, MatrixStart) if start_path.is_file() else None
 
-    def _start(self, level: str, index: int) -> MatrixStart:
-        history, state, action = self.ctx.plan()
-        if not (isinstance(action, ScoreLevel) and action.level == level and action.index == index):
-            raise StepError(f"{self.key}: not the compile's next step (the policy asks for {_describe(action)})")
-        units = cut_units(state.current_skill_text, level, action.section_id)
-        return MatrixStart(seq=len(history.events), action=action, skill_text=state.current_skill_text,
-                           trace_batch=state.current_trace_batch, units=units)
+    def begin(self) -> MatrixStart:
+        """The stored start, else the units cut now on the current traces, written before any column."""
+        if self.start is None:
+            outlook = self.ctx.expect("matrix", self.key)
+            history, state, action = outlook.history, outlook.state, outlook.action
+            units = cut_units(state.current_skill_text, action.level, action.section_id)
+            start = MatrixStart(seq=len(history.events), action=action, skill_text=state.current_skill_text,
+                                trace_batch=state.current_trace_batch, units=units)
+            atomic_write_json(self.folder / "plan.json", start)
+            self.start = start
+        return self.start
 
     def column_path(self, dimension: str):
         return self.folder / f"column-{dimension}.json"
@@ -69,28 +65,29 @@ class MatrixPlan:
         return [read_model(path, ColumnRecord) for path in paths if path.is_file()]
 
 
-def score_columns(plan: MatrixPlan) -> Iterator[ColumnRecord]:
+def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
     """Yield every column as it is done (stored ones first); a budget stop ends the stream."""
     from deep_pipeline.llm.budget import BudgetExhausted
     from deep_pipeline.llm.judge import score_column
 
-    ctx = plan.ctx
-    stored = plan.stored_columns()
+    ctx = step.ctx
+    start = step.begin()
+    stored = step.stored_columns()
     yield from stored
     todo = [dim for dim in ctx.config.dimensions if dim.name not in {c.dimension for c in stored}]
     if not todo:
         return
-    traces = ctx.cdir.traces(plan.trace_batch)
+    traces = ctx.cdir.traces(start.trace_batch)
     judge = ctx.services.judge  # one client (one budget, one cap) for every column thread
     task_prompt = ctx.task_prompt  # read once, not by each column thread
 
     def score(dim):
         result = score_column(
             judge,
-            step_key=f"{plan.key}/column/{dim.name}",
+            step_key=column_call_key(step.key, dim.name),
             task_prompt=task_prompt,
-            skill_text=plan.skill_text,
-            units=plan.units,
+            skill_text=start.skill_text,
+            units=start.units,
             dimension=dim,
             traces=traces,
         )
@@ -102,7 +99,7 @@ def score_columns(plan: MatrixPlan) -> Iterator[ColumnRecord]:
             prompt_chars=result.prompt_chars,
             shared_prefix_chars=result.shared_prefix_chars,
         )
-        atomic_write_json(plan.column_path(dim.name), column)
+        atomic_write_json(step.column_path(dim.name), column)
         return column
 
     # The client's limiter keeps the compile's calls in flight under its cap.
@@ -115,40 +112,37 @@ def score_columns(plan: MatrixPlan) -> Iterator[ColumnRecord]:
                 continue  # the matrix is recorded as stopped at the budget
 
 
-def assemble_matrix(plan: MatrixPlan) -> MatrixRecord:
+def assemble_matrix(step: MatrixStep) -> MatrixRecord:
     """Write matrix.json from the stored columns: the matrix step's commit."""
-    if plan.record is not None:
-        return plan.record
-    ctx = plan.ctx
-    columns = plan.stored_columns()
+    if step.record is not None:
+        return step.record
+    ctx = step.ctx
+    start = step.begin()
+    columns = step.stored_columns()
     usage = Usage()
     for column in columns:
         usage = usage.add(column.usage)
     matrix = ScoreMatrix(
-        level=plan.action.level,
-        index=plan.action.index,
-        section_id=plan.action.section_id,
+        level=start.action.level,
+        index=start.action.index,
+        section_id=start.action.section_id,
         dimensions=ctx.config.dimension_names,
-        units=plan.units,
+        units=start.units,
         cells=[cell for column in columns for cell in column.cells],
-        trace_batch=plan.trace_batch,
-        skill_sha256=sha256_text(plan.skill_text),
-        active_dimension=plan.action.active_dimension,
+        trace_batch=start.trace_batch,
+        skill_sha256=sha256_text(start.skill_text),
+        active_dimension=start.action.active_dimension,
         budget_exhausted=len(columns) < len(ctx.config.dimensions),
     )
-    record = MatrixRecord(seq=plan.seq, matrix=matrix, reason=plan.action.reason, usage=usage)
+    record = MatrixRecord(seq=start.seq, matrix=matrix, reason=start.action.reason, usage=usage)
     ctx.cdir.require()
-    atomic_write_json(plan.folder / "matrix.json", record)
-    plan.record = record
+    atomic_write_json(step.folder / "matrix.json", record)
+    step.record = record
     return record
 
 
 def run_matrix(ctx: StepContext, level: str, index: int) -> MatrixRecord:
-    plan = MatrixPlan(ctx, level, index)
-    for _ in score_columns(plan) if plan.record is None else ():
+    step = MatrixStep(ctx, level, index)
+    for _ in score_columns(step) if step.record is None else ():
         pass
-    return assemble_matrix(plan)
-
-
-def _describe(action) -> str:
-    return f"{type(action).__name__} {action.model_dump(mode='json')}" if action is not None else "nothing"
+    return assemble_matrix(step)

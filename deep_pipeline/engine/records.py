@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import Cell, Comparison, Coordinate, Decision, LevelSummary, LocalEdit, ScoreMatrix, Unit
+from deep_pipeline.llm.accounting import Usage  # the calls' totals each record keeps; owned with the call records
 
 
 def now_iso() -> str:
@@ -52,26 +53,6 @@ class CompileRecord(EngineRecord):
         if isinstance(data, dict) and "task_prompt" in data:
             data = {k: v for k, v in data.items() if k != "task_prompt"}
         return data
-
-
-class Usage(EngineRecord):
-    calls: int = 0
-    cache_hits: int = 0  # of `calls`, answers a resumed step took from the cache (no new spend)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    cost_usd: float | None = 0.0  # None once any call's cost was unknown
-
-    def add(self, other: "Usage") -> "Usage":
-        cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
-        return Usage(
-            calls=self.calls + other.calls,
-            cache_hits=self.cache_hits + other.cache_hits,
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            cached_tokens=self.cached_tokens + other.cached_tokens,
-            cost_usd=cost,
-        )
 
 
 class TraceBatchRecord(EngineRecord):
@@ -127,6 +108,7 @@ class EditRecord(EngineRecord):
     unit: Unit
     base_skill_sha256: str
     incumbent_batch: str
+    matrix_key: str | None = None  # the matrix the cell was selected from (None in records before it was kept)
     status: Literal["ok", "edit_validation_exhausted", "exact_duplicate", "budget_exhausted"]
     attempts: list[EditAttempt] = Field(default_factory=list)
     edit: LocalEdit | None = None
@@ -154,7 +136,10 @@ class RolloutsRecord(EngineRecord):
 
 class ComparisonRecord(EngineRecord):
     skipped: str | None = None
-    comparison: Comparison | None = None
+    comparison: Comparison | None = None  # the judge's answer: its scores, evidence and regressions
+    # The compiler's own regressions (SPEC §6.5: more timeouts than the incumbent), kept
+    # apart from the judge's; the decision joins the two.
+    rule_regressions: list[str] = Field(default_factory=list)
     incumbent_batch: str | None = None
     candidate_batch: str | None = None
     usage: Usage = Field(default_factory=Usage)

@@ -6,15 +6,14 @@ a Dagster run, a test) gets the same cache, call log, budget and cap.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.errors import InputError
+from deep_pipeline.home import dagster_home
 
 if TYPE_CHECKING:  # litellm is slow to import: keep it off the definitions' import path
     from deep_pipeline.llm.client import ModelClient
@@ -45,13 +44,6 @@ def validate_model_name(model: str, field: str, api_base: str | None = None) -> 
         raise InputError(f"config: {field}: model {model!r} needs {', '.join(missing)} in the environment")
 
 
-def dagster_home() -> Path:
-    from deep_pipeline.engine.settings import REPO_ROOT
-
-    home = os.environ.get("DAGSTER_HOME") or str(REPO_ROOT / "dagster_home")
-    return Path(home).resolve()
-
-
 @dataclass
 class Services:
     judge: "ModelClient"
@@ -68,7 +60,7 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
     """`api_keys` maps a provider ("anthropic", "openai", ...) to a key a resource handed over."""
     from deep_pipeline.llm.budget import Budget
     from deep_pipeline.llm.client import ModelClient, ModelSettings
-    from deep_pipeline.rollouts.base import make_runner
+    from deep_pipeline.rollouts import make_runner
 
     config = record.config
     budget = Budget.from_calls_log(cdir.calls_log, config.max_calls, config.max_usd)

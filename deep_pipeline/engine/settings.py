@@ -19,7 +19,6 @@ from deep_pipeline.core.config import DEFAULT_DIMENSIONS, CompileConfig, Dimensi
 from deep_pipeline.errors import InputError
 
 DEPLOYMENT_FILE = "deep_pipeline.yaml"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class Deployment(BaseModel):
@@ -27,14 +26,18 @@ class Deployment(BaseModel):
 
     dimensions: tuple[Dimension, ...] = DEFAULT_DIMENSIONS
     defaults: dict[str, Any] = Field(default_factory=dict)  # CompileConfig fields
-    llm_pool_limit: int = Field(default=2, ge=1)
+    # No pool limit here: the `llm` pool is the Dagster instance's (dagster.yaml), so one
+    # setting governs every code location and compile on the home.
 
 
 def deployment_path() -> Path | None:
     env = os.environ.get("DEEP_PIPELINE_CONFIG")
     if env:
         return Path(env)
-    for candidate in (Path.cwd() / DEPLOYMENT_FILE, REPO_ROOT / DEPLOYMENT_FILE):
+    from deep_pipeline.home import checkout_root
+
+    checkout = checkout_root()
+    for candidate in (Path.cwd() / DEPLOYMENT_FILE, *([checkout / DEPLOYMENT_FILE] if checkout else [])):
         if candidate.is_file():
             return candidate
     return None
@@ -45,6 +48,9 @@ def load_deployment(path: Path | None = None) -> Deployment:
     if path is None:
         return Deployment()
     data = _read_yaml(Path(path))
+    if "llm_pool_limit" in data:  # read by nothing, so refused rather than silently ignored
+        raise InputError(f"{path}: llm_pool_limit: not a setting of this file; the llm pool's limit is "
+                         "concurrency.pools.default_limit in $DAGSTER_HOME/dagster.yaml")
     if data.get("dimensions") == "default":
         data.pop("dimensions")
     try:

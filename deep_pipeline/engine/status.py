@@ -12,7 +12,7 @@ from deep_pipeline.core.models import LevelSummary
 from deep_pipeline.core.actions import Done, action_label
 from deep_pipeline.core.keys import iteration_label
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.records import Usage
+from deep_pipeline.llm.accounting import Usage
 
 
 class DecisionRow(BaseModel):
@@ -39,7 +39,8 @@ class CompileStatus(BaseModel):
 
 
 def compile_status(ctx: StepContext) -> CompileStatus:
-    _, state, action = ctx.plan()
+    outlook = ctx.look()
+    state, action = outlook.state, outlook.action
     cdir = ctx.cdir
     rows = [
         DecisionRow(

@@ -17,10 +17,10 @@ _ACCESS = (("AuthenticationError", 401, "credentials refused"),
 def key_variable(model: str, litellm=None) -> str:
     """The environment variable holding the key of `model`'s provider (litellm, when loaded,
     names the ones our map does not know)."""
-    from deep_pipeline.rollouts.sandbox import _PROVIDER_VARS  # the one provider -> variables map
+    from deep_pipeline.secrets import PROVIDER_VARIABLES
 
-    for prefix, names in _PROVIDER_VARS.items():
-        if model.startswith(prefix):
+    for provider, names in PROVIDER_VARIABLES.items():
+        if model.startswith(f"{provider}/"):
             return names[0]
     try:
         missing = (litellm.validate_environment(model).get("missing_keys") or []) if litellm else []

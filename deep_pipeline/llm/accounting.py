@@ -1,5 +1,8 @@
 """The calls log (`llm/calls.jsonl`): one JSON line per real model call, and its totals.
 
+The one owner of the call record (`CallRecord`), the usage totals the step records store
+(`Usage`) and what counts against the budget (`spent`).
+
 A line is written once the call's answer is kept (or the call failed): an answer lost
 with a killed process is never counted. Each line carries the call's id, so a cached
 answer whose line a crash prevented is logged once, when it is next served.
@@ -11,7 +14,7 @@ import os
 import threading
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class CallRecord(BaseModel):
@@ -88,33 +91,57 @@ def read_calls(calls_log: Path) -> list[CallRecord]:
     return records
 
 
-class RoleUsage(BaseModel):
+class Usage(BaseModel):
+    """Model-call totals, as the step records store them (`usage` in column, edit, comparison,
+    decision and report records): field names and defaults are part of the records on disk."""
+
+    model_config = ConfigDict(extra="forbid")
+
     calls: int = 0
-    cache_hits: int = 0  # of `calls`, answers served from the cache: no new call, no new spend
-    failed_calls: int = 0
+    cache_hits: int = 0  # of `calls`, answers a resumed step took from the cache (no new spend)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
-    cost_usd: float | None = 0.0  # None once any call's cost is unknown
-    latency_s: float = 0.0
+    cost_usd: float | None = 0.0  # None once any call's cost was unknown
+
+    def add(self, other: "Usage") -> "Usage":
+        cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
+        return Usage(
+            calls=self.calls + other.calls,
+            cache_hits=self.cache_hits + other.cache_hits,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cost_usd=cost,
+        )
 
 
-def usage_by_role(records: list[CallRecord]) -> dict[str, RoleUsage]:
+def usage_by_role(records: list[CallRecord]) -> dict[str, Usage]:
     """Totals per role. The calls log holds real calls only; a step's records also hold its
     answers served from the cache, counted at what they cost when sent (so a resumed step
     reports what an uninterrupted one would) and counted apart in `cache_hits`."""
-    totals: dict[str, RoleUsage] = {}
+    totals: dict[str, Usage] = {}
     for record in records:
-        usage = totals.setdefault(record.role, RoleUsage())
-        usage.calls += 1
-        usage.cache_hits += record.cache_hit
-        usage.failed_calls += record.error is not None
-        usage.prompt_tokens += record.prompt_tokens or 0
-        usage.completion_tokens += record.completion_tokens or 0
-        usage.cached_tokens += record.cached_tokens or 0
-        usage.latency_s += record.latency_s
-        if usage.cost_usd is not None:
-            # An unknown price, or a failed call that may have been billed, makes the total
-            # unknown; it is never guessed as zero.
-            usage.cost_usd = None if record.cost_usd is None else usage.cost_usd + record.cost_usd
+        # An unknown price, or a failed call that may have been billed, makes the total
+        # unknown (Usage.add): it is never guessed as zero.
+        one = Usage(calls=1, cache_hits=int(record.cache_hit), prompt_tokens=record.prompt_tokens or 0,
+                    completion_tokens=record.completion_tokens or 0, cached_tokens=record.cached_tokens or 0,
+                    cost_usd=record.cost_usd)
+        totals[record.role] = totals.get(record.role, Usage()).add(one)
     return totals
+
+
+def usage_of_calls(records: list[CallRecord]) -> Usage:
+    """The totals of all roles together (a step's calls, or the whole calls log)."""
+    total = Usage()
+    for usage in usage_by_role(list(records)).values():  # summed by role, as the report's totals always were
+        total = total.add(usage)
+    return total
+
+
+def spent(records: list[CallRecord]) -> tuple[int, float]:
+    """(calls, USD) counted against a compile's caps (SPEC §8), for the budget a run starts
+    from and for the history's budget stop alike: calls made, so an answer served from the
+    cache counts for neither; only known costs add (an unpriced call adds nothing)."""
+    made = [record for record in records if not record.cache_hit]
+    return len(made), sum(record.cost_usd or 0.0 for record in made)

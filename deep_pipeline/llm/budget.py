@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from deep_pipeline.llm.accounting import CallRecord
+from deep_pipeline.llm.accounting import CallRecord, read_calls, spent
 
 
 class BudgetExhausted(Exception):
@@ -38,12 +36,10 @@ class Budget:
 
     @classmethod
     def from_calls_log(cls, calls_log: Path, max_calls: int | None, max_usd: float | None) -> "Budget":
-        """A budget that already counts the calls of an earlier (crashed) run of the compile."""
-        from deep_pipeline.llm.accounting import read_calls
-
-        records = read_calls(calls_log)
-        spent = sum(r.cost_usd or 0.0 for r in records)
-        return cls(max_calls=max_calls, max_usd=max_usd, calls_used=len(records), usd_used=spent)
+        """A budget that already counts the calls of an earlier (crashed) run of the compile,
+        as the compile's history counts them (accounting.spent)."""
+        calls, usd = spent(read_calls(calls_log))
+        return cls(max_calls=max_calls, max_usd=max_usd, calls_used=calls, usd_used=usd)
 
     def reserve(self, estimated_usd: float | None = None) -> None:
         with self._lock:
@@ -58,15 +54,8 @@ class Budget:
                     )
             self._in_flight += 1
 
-    def add(self, record: "CallRecord") -> None:
+    def add(self, record: CallRecord) -> None:
         with self._lock:
             self._in_flight = max(0, self._in_flight - 1)
             self.calls_used += 1
             self.usd_used += record.cost_usd or 0.0
-
-    @property
-    def exhausted(self) -> bool:
-        with self._lock:
-            calls_out = self.max_calls is not None and self.calls_used >= self.max_calls
-            usd_out = self.max_usd is not None and self.usd_used >= self.max_usd
-            return calls_out or usd_out

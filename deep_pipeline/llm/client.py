@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Callable, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from deep_pipeline.rollouts.sandbox import SECRET_NAME
-from deep_pipeline.errors import AnswerError, ModelAccessError, StepError
+from deep_pipeline.secrets import redact
+from deep_pipeline.errors import AnswerError, ModelAccessError, StepError, one_line
 from deep_pipeline.llm import accounting
-from deep_pipeline.llm.accounting import CallRecord  # noqa: F401  (its old home: judge, editor, … import it here)
+from deep_pipeline.llm.accounting import CallRecord
 from deep_pipeline.llm.access import PLACEHOLDER_KEY, access_failure, access_line, key_for
 from deep_pipeline.llm.cache import ResponseCache, cache_key
 from deep_pipeline.llm.schemas import describe_errors, response_format
@@ -42,6 +42,10 @@ M = TypeVar("M", bound=BaseModel)
 Role = Literal["judge", "editor", "agent"]
 LOCAL_MODEL = "local"
 DEFAULT_PARALLEL = 3
+# Transient failures: resends after the first send, and the first backoff (doubling each
+# resend). Read when a client is made, so a test can shrink them for a whole compile.
+RETRIES = 4
+BACKOFF_S = 1.0
 _TRANSIENT = (  # litellm exception classes worth resending unchanged
     "RateLimitError",
     "Timeout",
@@ -86,14 +90,6 @@ def load_litellm():
     return litellm
 
 
-def redact(text: str) -> str:
-    """Blank out the value of every secret-looking environment variable."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and SECRET_NAME.search(name) and value in text:
-            text = text.replace(value, "***")
-    return text
-
-
 class ModelClient:
     def __init__(
         self,
@@ -106,8 +102,8 @@ class ModelClient:
         limiter: threading.BoundedSemaphore | None = None,
         replay: bool = False,
         local_home: Path | None = None,
-        retries: int = 4,
-        backoff_s: float = 1.0,
+        retries: int | None = None,  # None: RETRIES
+        backoff_s: float | None = None,  # None: BACKOFF_S
     ) -> None:
         self.settings = settings
         self.role = role
@@ -115,8 +111,8 @@ class ModelClient:
         self.budget = budget
         self.replay = replay
         self.local_home = Path(local_home) if local_home else None
-        self.retries = retries
-        self.backoff_s = backoff_s
+        self.retries = RETRIES if retries is None else retries
+        self.backoff_s = BACKOFF_S if backoff_s is None else backoff_s
         self._cache = ResponseCache(Path(cache_dir)) if cache_dir else None
         self._limiter = limiter or threading.BoundedSemaphore(DEFAULT_PARALLEL)
 
@@ -281,9 +277,9 @@ class ModelClient:
                 forget_local_server(self.local_home)  # it may have died: re-check before the resend
             timed_out = isinstance(error, litellm.Timeout)
             if timed_out and deadline is not None and time.monotonic() >= deadline - 0.05:  # it had all the time left
-                raise ModelTimeout(f"{self.describe(step_key)}: no answer before its deadline ({record.error})")
-            raise _Transient(record.error, timed_out)
-        raise StepError(f"{self.describe(step_key)} failed: {record.error}")
+                raise ModelTimeout(f"{self.describe(step_key)}: no answer before its deadline ({one_line(record.error)})")
+            raise _Transient(one_line(record.error), timed_out)
+        raise StepError(f"{self.describe(step_key)} failed: {one_line(record.error)}")
 
     def _completion(self, litellm, model, api_base, api_key, messages, answer_format, timeout_s):
         """(response, error, latency): every failure is returned, to be logged and classified."""

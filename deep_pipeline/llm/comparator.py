@@ -12,7 +12,8 @@ from typing import Literal
 
 from deep_pipeline.core.config import Dimension
 from deep_pipeline.core.models import Comparison, Trace, Unit
-from deep_pipeline.llm.client import CallRecord, ModelClient
+from deep_pipeline.llm.accounting import CallRecord
+from deep_pipeline.llm.client import ModelClient
 from deep_pipeline.llm.judge import checked_evidence
 from deep_pipeline.llm.prompts import fill, profile, rubric_text
 from deep_pipeline.llm.render import render_traces
@@ -60,9 +61,8 @@ def compare_cell(
     side = candidate_label.lower()
     back = {label: trace_id for trace_id, label in labels[candidate_label].items()}
     kept, dropped = checked_evidence(getattr(answer, f"evidence_{side}"), candidate_traces, rename=back)
+    # The judge's regressions only: the timeout rule (SPEC §6.5) is core.decision's, applied when deciding.
     regressions = _unique(getattr(answer, f"regressions_{side}"))
-    if _timeout_share(candidate_traces) > _timeout_share(incumbent_traces) and "timeout" not in regressions:
-        regressions.append("timeout")  # SPEC §6.5: a rule, not the judge's opinion
     comparison = Comparison(
         incumbent_score=getattr(answer, f"score_{incumbent_label.lower()}"),
         candidate_score=getattr(answer, f"score_{side}"),
@@ -75,10 +75,6 @@ def compare_cell(
         order_seed=order_seed,
     )
     return comparison, calls
-
-
-def _timeout_share(traces: list[Trace]) -> float:
-    return sum(t.timed_out for t in traces) / len(traces) if traces else 0.0
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from deep_pipeline.core.config import Dimension
 from deep_pipeline.core.models import Cell, LocalEdit, Rejection, Unit
-from deep_pipeline.llm.client import CallRecord, ModelClient
+from deep_pipeline.llm.accounting import CallRecord
+from deep_pipeline.llm.client import ModelClient
 from deep_pipeline.core.units import heading_line, unit_body
 from deep_pipeline.llm.prompts import evidence_text, feedback_text, fill, profile, rubric_text
 from deep_pipeline.llm.render import mark_units

@@ -6,7 +6,8 @@ from pydantic import BaseModel, ValidationError
 
 from deep_pipeline.core.config import Dimension
 from deep_pipeline.core.models import Cell, EvidenceRef, Trace, Unit
-from deep_pipeline.llm.client import CallRecord, ModelClient
+from deep_pipeline.llm.accounting import CallRecord
+from deep_pipeline.llm.client import ModelClient
 from deep_pipeline.llm.prompts import fill, profile, rubric_text
 from deep_pipeline.llm.render import mark_units, render_traces
 from deep_pipeline.llm.schemas import column_answer_model, column_cells

@@ -73,7 +73,10 @@ def gguf_path() -> Path:
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("DAGSTER_HOME") or Path.home() / ".cache" / "deep_pipeline")
+    """The server's state lives under the instance's home, by the one rule (deep_pipeline.home)."""
+    from deep_pipeline.home import dagster_home
+
+    return dagster_home()
 
 
 def ensure_local_server(home: Path | None = None) -> LocalServer:
@@ -189,7 +192,7 @@ def _terminate(process: subprocess.Popen) -> None:
 
 def _server_env() -> dict[str, str]:
     """The server needs no credentials: none are passed to it."""
-    from deep_pipeline.rollouts.sandbox import SECRET_NAME
+    from deep_pipeline.secrets import SECRET_NAME
 
     return {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
 

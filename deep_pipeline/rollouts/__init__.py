@@ -5,7 +5,8 @@
 litellm, no mini-swe-agent): runners import them when they run.
 """
 
-from deep_pipeline.rollouts.base import RolloutTask, Runner, make_runner, trace_id
+from deep_pipeline.rollouts.base import RolloutTask, Runner, trace_id
+from deep_pipeline.rollouts.factory import make_runner
 from deep_pipeline.rollouts.sandbox import SandboxLimits
 
 __all__ = ["RolloutTask", "Runner", "SandboxLimits", "make_runner", "trace_id"]

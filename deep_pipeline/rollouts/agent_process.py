@@ -27,9 +27,8 @@ from deep_pipeline.rollouts.sandbox import (
     Sandbox,
     SandboxLimits,
     make_sandbox,
-    redact,
-    secret_values,
 )
+from deep_pipeline.secrets import redact, secret_values
 
 
 @dataclass

@@ -17,7 +17,8 @@ from deep_pipeline.errors import InputError
 from deep_pipeline.rollouts.agent_process import Launch, ProcessRunner, Reading
 from deep_pipeline.rollouts.base import RolloutTask
 from deep_pipeline.rollouts.process import ProcessResult
-from deep_pipeline.rollouts.sandbox import Sandbox, agent_env, model_env_vars, redact
+from deep_pipeline.rollouts.sandbox import Sandbox, agent_env, model_env_vars
+from deep_pipeline.secrets import redact
 
 MAX_TRAJECTORY_BYTES = 64 * 1024 * 1024
 # Jinja renders this template: the skill and its name go in as variables so braces in

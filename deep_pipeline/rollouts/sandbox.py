@@ -9,7 +9,6 @@ limits lives in `process.py`.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from deep_pipeline.rollouts.guard import ROLLOUT_MARKER  # noqa: F401  (re-exported: its old home)
+from deep_pipeline.secrets import PROVIDER_VARIABLES
 
 STREAM_CAP_BYTES = 2 * 1024 * 1024
 DEFAULT_IDLE_TIMEOUT_S = 300.0
@@ -34,23 +34,11 @@ SKILL_INSTALL_DIRS = (
     "skills",
 )
 _BASE_VARS = ("PATH", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME")
-# Model string prefix (litellm) -> the variables that provider reads.
-_PROVIDER_VARS = {
-    "anthropic/": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-    "openai/": ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE"),
-    "gemini/": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "openrouter/": ("OPENROUTER_API_KEY",),
-    "deepseek/": ("DEEPSEEK_API_KEY",),
-    "mistral/": ("MISTRAL_API_KEY",),
-    "groq/": ("GROQ_API_KEY",),
-    "together_ai/": ("TOGETHERAI_API_KEY",),
-    "xai/": ("XAI_API_KEY",),
-}
 # Agent CLI (basename of argv[0]) -> the variables it authenticates with.
 _CLI_VARS = {
-    "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "CLAUDE_CODE_OAUTH_TOKEN"),
-    "codex": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "claude": (*PROVIDER_VARIABLES["anthropic"], "CLAUDE_CODE_OAUTH_TOKEN"),
+    "codex": PROVIDER_VARIABLES["openai"][:2],  # the key and OPENAI_BASE_URL, not OPENAI_API_BASE
+    "gemini": PROVIDER_VARIABLES["gemini"],
 }
 
 
@@ -69,11 +57,11 @@ def model_env_vars(model: str | None, argv0: str | None = None) -> list[str]:
     """Names of the parent variables the configured model or agent CLI needs, nothing more."""
     names: list[str] = []
     lowered = (model or "").lower()
-    for prefix, keys in _PROVIDER_VARS.items():
-        if lowered.startswith(prefix):
+    for provider, keys in PROVIDER_VARIABLES.items():
+        if lowered.startswith(f"{provider}/"):
             names.extend(keys)
     if "claude" in lowered and not lowered.startswith(("openai/", "openrouter/")):
-        names.extend(_PROVIDER_VARS["anthropic/"])
+        names.extend(PROVIDER_VARIABLES["anthropic"])
     if argv0:
         names.extend(_CLI_VARS.get(Path(argv0).name, ()))
     return list(dict.fromkeys(names))
@@ -102,21 +90,6 @@ def agent_env(
         env["OPENAI_API_BASE"] = api_base
     env.update(extra or {})
     return env
-
-
-# The one secret-name pattern: the agent sandbox, log redaction and the local server use it.
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
-
-
-def secret_values(env: dict[str, str]) -> list[str]:
-    """Values in an agent's environment that must never reach an archive or a trace."""
-    return [value for name, value in env.items() if SECRET_NAME.search(name) and len(value) >= 8]
-
-
-def redact(data: bytes, secrets: list[str]) -> bytes:
-    for secret in secrets:
-        data = data.replace(secret.encode("utf-8"), b"<redacted>")
-    return data
 
 
 @dataclass

@@ -2,14 +2,14 @@
 
 All five materialize on every iteration, short-circuited ones included (their metadata
 says `skipped: ...`), so `decision` always exists. Dagster cannot map between two
-dynamic partition sets, so the links to the matrix selected from, the incumbent's
-traces and the compile are metadata (keys, paths, sha256), not dependencies.
+dynamic partition sets, so the links to the matrix selected from (recorded in edit.json),
+the incumbent's traces and the compile are metadata (keys, paths, sha256), not dependencies.
 """
 
 
 import dagster as dg
 
-from deep_pipeline.core.keys import matrix_key, parse_key
+from deep_pipeline.core.keys import parse_key
 from deep_pipeline.core.matrix import matrix_markdown
 from deep_pipeline.defs.launcher import asset_step
 from deep_pipeline.defs.metadata import file_ref, unit_diff, usage_meta
@@ -59,7 +59,7 @@ def candidate_edit(context: dg.AssetExecutionContext, store: CompileStoreResourc
             "edit_summary": dg.MetadataValue.text(edit.edit.edit_summary if edit.edit else "-"),
             "edit_diff": dg.MetadataValue.md(unit_diff(edit.unit_text_before, edit.unit_text_after or edit.unit_text_before, edit.coordinate.unit_id)),
             "edit_sha256": dg.MetadataValue.text(edit.edit_sha256 or "-"),
-            "selected_from_matrix": dg.MetadataValue.text(_matrix_key_of(it)),
+            "selected_from_matrix": dg.MetadataValue.text(edit.matrix_key or "-"),
             "incumbent_traces": dg.MetadataValue.text(edit.incumbent_batch),
             **usage_meta(edit.usage, {"editor": cfg.editor_model}),
             **file_ref(it.path("edit.json")),
@@ -113,7 +113,8 @@ def comparison(context: dg.AssetExecutionContext, store: CompileStoreResource) -
             "incumbent_score": dg.MetadataValue.float(float(c.incumbent_score)),
             "candidate_score": dg.MetadataValue.float(float(c.candidate_score)),
             "task_relevant": dg.MetadataValue.bool(c.task_relevant),
-            "runtime_regressions": dg.MetadataValue.json(c.runtime_regressions),
+            "judge_regressions": dg.MetadataValue.json(c.runtime_regressions),
+            "rule_regressions": dg.MetadataValue.json(record.rule_regressions),
             "ab_order": dg.MetadataValue.text(f"candidate shown as {c.candidate_label} (seed {c.order_seed})"),
             "reason": dg.MetadataValue.text(c.reason),
             "candidate_evidence": dg.MetadataValue.json([e.model_dump() for e in c.candidate_evidence]),
@@ -129,9 +130,9 @@ def comparison(context: dg.AssetExecutionContext, store: CompileStoreResource) -
 def decision(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
     it = _iteration(store, context.partition_key)
     with asset_step(context, it.ctx):
-        record = steps.decision_step(it, _stored(it, "edit.json", EditRecord), _stored(it, "comparison.json", ComparisonRecord))
+        edit = _stored(it, "edit.json", EditRecord)
+        record, matrix_after = steps.decision_step(it, edit, _stored(it, "comparison.json", ComparisonRecord))
     d = record.decision
-    state = it.ctx.plan()[1]
     meta = {
         "compile": dg.MetadataValue.text(it.ctx.cdir.key),
         "coordinate": dg.MetadataValue.text(str(d.coordinate)),
@@ -140,19 +141,11 @@ def decision(context: dg.AssetExecutionContext, store: CompileStoreResource) -> 
         "delta": dg.MetadataValue.float(float(d.delta)) if d.delta is not None else dg.MetadataValue.text("-"),
         "ab_order": dg.MetadataValue.text(f"candidate shown as {d.candidate_label}" if d.candidate_label else "-"),
         "edit_summary": dg.MetadataValue.text(d.edit_summary or "-"),
-        "selected_from_matrix": dg.MetadataValue.text(_matrix_key_of(it)),
+        "selected_from_matrix": dg.MetadataValue.text(edit.matrix_key or "-"),
         "evidence_files": dg.MetadataValue.json({n: str(it.path(n)) for n in ("edit.json", "comparison.json", "rollouts.json")}),
-        "current_matrix": dg.MetadataValue.md(matrix_markdown(state.current_matrix) if state.current_matrix else "-"),
+        "current_matrix": dg.MetadataValue.md(matrix_markdown(matrix_after) if matrix_after else "-"),
         **usage_meta(record.usage),
         **file_ref(it.path("decision.json")),
     }
     return dg.MaterializeResult(metadata=meta)
 
-
-def _matrix_key_of(it: steps.Iteration) -> str:
-    """The matrix the iteration's cell came from: the level's latest before this iteration."""
-    matrices = [m for m in it.ctx.cdir.matrix_records() if m.matrix.level == it.level]
-    edit = it.load("edit.json", EditRecord)
-    before = [m for m in matrices if edit is None or m.seq < edit.seq]
-    latest = max(before, key=lambda m: m.seq) if before else None
-    return matrix_key(it.ctx.cdir.key, it.level, latest.matrix.index) if latest else "-"

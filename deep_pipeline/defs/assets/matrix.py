@@ -17,16 +17,16 @@ from deep_pipeline.defs.launcher import asset_step
 from deep_pipeline.defs.metadata import file_ref, matrix_meta, usage_meta
 from deep_pipeline.defs.partitions import matrices_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
-from deep_pipeline.engine.matrix_steps import MatrixPlan, assemble_matrix, score_columns
+from deep_pipeline.engine.matrix_steps import MatrixStep, assemble_matrix, score_columns
 
 
 def column_key(dimension: str) -> dg.AssetKey:
     return dg.AssetKey(["matrix", dimension])
 
 
-def _plan(store: CompileStoreResource, partition_key: str) -> MatrixPlan:
+def _matrix(store: CompileStoreResource, partition_key: str) -> MatrixStep:
     compile_key, level, _, index = parse_key(partition_key)
-    return MatrixPlan(store.context(compile_key), level, index)
+    return MatrixStep(store.context(compile_key), level, index)
 
 
 def build_matrix_assets(dimensions: Sequence[Dimension]) -> list[dg.AssetsDefinition]:
@@ -44,14 +44,14 @@ def build_matrix_assets(dimensions: Sequence[Dimension]) -> list[dg.AssetsDefini
 
     @dg.multi_asset(specs=specs, name="matrix_columns", partitions_def=matrices_partitions, pool="llm")
     def matrix_columns(context: dg.AssetExecutionContext, store: CompileStoreResource):
-        # The plan reads what is stored: under the step lock, after any other step of the compile.
+        # Read what is stored under the step lock, after any other step of the compile.
         with asset_step(context, store.context(parse_key(context.partition_key)[0])):
-            plan = _plan(store, context.partition_key)
-            if plan.record is not None:  # already scored: re-record the stored columns
-                columns = plan.stored_columns()
+            step = _matrix(store, context.partition_key)
+            if step.record is not None:  # already scored: re-record the stored columns
+                columns = step.stored_columns()
             else:
-                columns = score_columns(plan)
-            models = {"judge": plan.ctx.config.judge_model}
+                columns = score_columns(step)
+            models = {"judge": step.ctx.config.judge_model}
             for column in columns:
                 scores = {c.unit_id: float(c.score) for c in column.cells}
                 yield dg.MaterializeResult(
@@ -62,7 +62,7 @@ def build_matrix_assets(dimensions: Sequence[Dimension]) -> list[dg.AssetsDefini
                         "dropped_evidence": dg.MetadataValue.int(column.dropped_evidence),
                         "shared_prefix_fraction": dg.MetadataValue.float(column.shared_prefix_fraction),
                         **usage_meta(column.usage, models),
-                        **file_ref(plan.column_path(column.dimension)),
+                        **file_ref(step.column_path(column.dimension)),
                     },
                 )
 
@@ -75,17 +75,17 @@ def build_matrix_assets(dimensions: Sequence[Dimension]) -> list[dg.AssetsDefini
     )
     def level_matrix(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
         with asset_step(context, store.context(parse_key(context.partition_key)[0])):
-            plan = _plan(store, context.partition_key)
-            record = assemble_matrix(plan)
+            step = _matrix(store, context.partition_key)
+            record = assemble_matrix(step)
         return dg.MaterializeResult(
             metadata={
-                "compile": dg.MetadataValue.text(plan.ctx.cdir.key),
+                "compile": dg.MetadataValue.text(step.ctx.cdir.key),
                 "level": dg.MetadataValue.text(record.matrix.level),
                 "reason": dg.MetadataValue.text(record.reason),
                 "section": dg.MetadataValue.text(record.matrix.section_id or "-"),
                 **matrix_meta(record.matrix),
-                **usage_meta(record.usage, {"judge": plan.ctx.config.judge_model}),
-                **file_ref(plan.folder / "matrix.json"),
+                **usage_meta(record.usage, {"judge": step.ctx.config.judge_model}),
+                **file_ref(step.folder / "matrix.json"),
             }
         )
 

@@ -2,12 +2,12 @@
 
 import dagster as dg
 
+from deep_pipeline.core.keys import iteration_label
 from deep_pipeline.defs.launcher import asset_step
 from deep_pipeline.defs.metadata import file_ref, usage_meta
 from deep_pipeline.defs.partitions import compiles_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
-from deep_pipeline.engine.io_steps import finalize_step
-from deep_pipeline.store import read_model
+from deep_pipeline.engine.io_steps import final_skill_step, report_step
 
 COMMON = dict(partitions_def=compiles_partitions, group_name="output", kinds={"python"})
 
@@ -16,29 +16,28 @@ COMMON = dict(partitions_def=compiles_partitions, group_name="output", kinds={"p
 def final_skill(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
     ctx = store.context(context.partition_key)
     with asset_step(context, ctx):
-        report = finalize_step(ctx)
+        final = final_skill_step(ctx)
     return dg.MaterializeResult(
         metadata={
-            "status": dg.MetadataValue.text(report.status),
-            "final_skill_dir": dg.MetadataValue.path(report.final_skill_dir),
-            "final_package_hash": dg.MetadataValue.text(report.final_package_hash),
-            "input_package_hash": dg.MetadataValue.text(report.input_package_hash),
-            "changed": dg.MetadataValue.bool(report.final_package_hash != report.input_package_hash),
+            "status": dg.MetadataValue.text(final.status),
+            "final_skill_dir": dg.MetadataValue.path(str(final.folder)),
+            "final_package_hash": dg.MetadataValue.text(final.package_hash),
+            "input_package_hash": dg.MetadataValue.text(ctx.record.package_hash),
+            "changed": dg.MetadataValue.bool(final.package_hash != ctx.record.package_hash),
         }
     )
 
 
 @dg.asset(**COMMON, deps=[final_skill], description="report.json: stop reasons, every decision in order, usage per role.")
 def compile_report(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
-    from deep_pipeline.engine.records import Report
-
     ctx = store.context(context.partition_key)
     with asset_step(context, ctx):
-        report = read_model(ctx.cdir.report_path, Report)
-    rows = ["| # | level | coordinate | decision | delta | A/B |", "|---|---|---|---|---|---|"]
-    for d in report.decisions:
+        report = report_step(ctx)
+    rows = ["| # | iteration | coordinate | decision | delta | A/B |", "|---|---|---|---|---|---|"]
+    for number, d in enumerate(report.decisions, start=1):  # numbered across levels, as `status` does
         delta = f"{d.delta:+.1f}" if d.delta is not None else "-"
-        rows.append(f"| {d.index} | {d.level} | {d.coordinate} | {d.reason} | {delta} | {d.candidate_label or '-'} |")
+        rows.append(f"| {number} | {iteration_label(d.level, d.index)} | {d.coordinate} | {d.reason} | {delta} | "
+                    f"{d.candidate_label or '-'} |")
     return dg.MaterializeResult(
         metadata={
             "status": dg.MetadataValue.text(report.status),

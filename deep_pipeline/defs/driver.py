@@ -1,0 +1,80 @@
+"""Carrying one compile to its end in this process: the CLI's `compile`/`resume` and the `compile` job.
+
+engine.steps.drive (the one loop) runs each step as "execute the job tagged with this
+step's kind in-process against the instance": a one-shot compile shows up in the UI
+exactly like one the daemon carried, and running it again resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import dagster as dg
+
+from deep_pipeline.defs.launcher import announce_compile, driver_lock, process_tags, release_dead_runs
+from deep_pipeline.defs.step_location import step_defs
+from deep_pipeline.defs.step_runs import job_name, run_tags
+from deep_pipeline.engine import steps
+from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.records import Report
+from deep_pipeline.engine.steps import Step
+from deep_pipeline.errors import StepError, one_line
+
+# The event log keeps every event; the terminal gets our progress lines and one error line.
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+def drive(instance: dg.DagsterInstance, root: Path, key: str,
+          progress: Callable[[str], None] | None = None, max_runs: int = 10_000) -> Report:
+    """Run the compile's next job, in this process, until it is finalized (engine.steps.drive)."""
+    ctx = StepContext.open(root, key)
+    note = progress or (lambda line: None)
+    repository = step_defs.get_repository_def()
+    jobs = repository.get_all_jobs()
+
+    def start_job(ctx: StepContext, step: Step) -> None:
+        release_dead_runs(instance, note)  # before the step claims a slot
+        if not instance.has_dynamic_partition(step.partition_set, step.partition_key):
+            instance.add_dynamic_partitions(step.partition_set, [step.partition_key])
+        name = job_name(jobs, step)
+        result = repository.get_job(name).execute_in_process(
+            partition_key=step.partition_key, instance=instance, raise_on_error=False, run_config=QUIET_CONSOLE,
+            tags={**run_tags(key), **process_tags()},  # a kill -9 of this process is noticed by the next driver
+        )
+        if not result.success:
+            if _interrupted(result):
+                raise KeyboardInterrupt
+            raise StepError(f"{name} run {result.run_id} for {step.partition_key} failed: {_failure(result)}")
+
+    with driver_lock(ctx):
+        announce_compile(instance, key)  # under the lock: the sensor sees it held and leaves it alone
+        return steps.drive(ctx, start_job, progress, max_steps=max_runs)
+
+
+def _interrupted(result) -> bool:
+    names = {"KeyboardInterrupt", "DagsterExecutionInterruptedError"}
+    for event in result.all_events:
+        error = event.step_failure_data.error if event.is_step_failure else None
+        while error is not None:
+            if error.cls_name in names:
+                return True
+            error = error.cause
+    return False
+
+
+def _failure(result) -> str:
+    """The innermost cause of the failed step: ours (StepError, InputError), not Dagster's wrapper."""
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.step_failure_data.error
+            while error is not None and error.cause is not None:
+                error = error.cause
+            return one_line(error.message, 600) if error else "step failed"
+    for event in result.all_events:  # no step failed: the run itself did (e.g. a resource)
+        error = getattr(event.event_specific_data, "error", None) if event.is_run_failure else None
+        while error is not None and error.cause is not None:
+            error = error.cause
+        if error is not None:
+            return one_line(error.message, 600)
+    return "run failed"

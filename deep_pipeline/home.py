@@ -1,0 +1,75 @@
+"""Where the Dagster instance and the compiles live: the one rule, for every process.
+
+`$DAGSTER_HOME`, else (running from a source checkout) the checkout's `dagster_home/`;
+an installed package has no such folder, so it asks for `DAGSTER_HOME` in one line.
+The store is `$DEEP_PIPELINE_STORE`, else `<home>/compiles`. Our `dagster.yaml` ships
+as package data (`deep_pipeline/instance/dagster.yaml`); the checkout's
+`dagster_home/dagster.yaml` is a symlink to it, so `dagster dev` from a checkout and a
+new home made by the CLI get the same file. No Dagster import: the CLI, the engine and
+the local model use this before (or without) loading Dagster.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.resources import files
+from pathlib import Path
+
+from deep_pipeline.errors import InputError
+
+_PACKAGE = Path(__file__).resolve().parent
+HOME_VARIABLE = "DAGSTER_HOME"
+
+
+def checkout_root() -> Path | None:
+    """The source checkout this package runs from (an editable install), else None.
+
+    An installed package sits in site-packages, beside other packages, with no
+    pyproject.toml or dagster_home/ of ours above it.
+    """
+    root = _PACKAGE.parent
+    if (root / "pyproject.toml").is_file() and (root / "dagster_home").is_dir():
+        return root
+    return None
+
+
+def dagster_home() -> Path:
+    """`$DAGSTER_HOME` made absolute, else the checkout's `dagster_home/`."""
+    env = os.environ.get(HOME_VARIABLE)
+    if env:
+        return Path(env).resolve()
+    root = checkout_root()
+    if root is None:
+        raise InputError("DAGSTER_HOME is not set: set DAGSTER_HOME to a folder for the Dagster instance "
+                         "and the compiles (it is made if missing), e.g. export DAGSTER_HOME=$HOME/deep_pipeline_home")
+    return (root / "dagster_home").resolve()
+
+
+def export_dagster_home() -> Path:
+    """The home, also set as `$DAGSTER_HOME` (absolute): `DagsterInstance.get()` and the
+    processes we start read the variable, and Dagster refuses a relative one."""
+    home = dagster_home()
+    os.environ[HOME_VARIABLE] = str(home)
+    return home
+
+
+def store_root() -> Path:
+    """`$DEEP_PIPELINE_STORE`, else `<DAGSTER_HOME>/compiles`."""
+    env = os.environ.get("DEEP_PIPELINE_STORE")
+    return Path(env).resolve() if env else dagster_home() / "compiles"
+
+
+def _shipped():
+    return files("deep_pipeline").joinpath("instance", "dagster.yaml")
+
+
+def our_dagster_yaml() -> bytes:
+    """The dagster.yaml we ship (telemetry off, the `llm` pool, one run per compile)."""
+    return _shipped().read_bytes()
+
+
+def our_dagster_yaml_name() -> str:
+    """Where a person finds that file to copy: the checkout's dagster_home/dagster.yaml
+    (the path the README names), else the installed package's file."""
+    root = checkout_root()
+    return str(root / "dagster_home" / "dagster.yaml") if root else str(_shipped())
