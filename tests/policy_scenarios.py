@@ -23,7 +23,7 @@ from deep_pipeline.core.actions import (
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.decision import decide
 from deep_pipeline.core.history import History
-from deep_pipeline.core.keys import batch_name
+from deep_pipeline.core.keys import batch_name, iteration_label
 from deep_pipeline.core.models import (
     BUDGET_EXHAUSTED,
     EDIT_VALIDATION_EXHAUSTED,
@@ -152,7 +152,7 @@ class World:
         )
 
     def iterate(self, action: RunIteration, state: CompileState) -> Decision:
-        outcome = self.scenario.iterations[f"{action.level}/i{action.index:02d}"]
+        outcome = self.scenario.iterations[iteration_label(action.level, action.index)]
         unit = next(u for u in state.current_units if u.unit_id == action.coordinate.unit_id)
         text = state.current_skill_text
         assert text[unit.start : unit.end] == unit.text, "current units must match the current text"

@@ -80,7 +80,7 @@ def test_order_seed_is_pinned_and_independent_of_the_process() -> None:
     child = subprocess.run([sys.executable, "-c", code, *PINNED_SEEDS], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": "12345"})
     assert child.stdout.split() == [str(seed) for seed in PINNED_SEEDS.values()]
-    seeds = [order_seed(f"pdf-3fa2b1/section/i{i:02d}") for i in range(20)]
+    seeds = [order_seed(iteration_key("pdf-3fa2b1", "section", i)) for i in range(20)]
     assert len(set(seeds)) == 20 and all(0 <= seed < 2**48 for seed in seeds)  # 48 bits fit int64 metadata
 
 
@@ -89,7 +89,7 @@ def test_candidate_label_is_a_function_of_the_seed_alone() -> None:
     assert [candidate_label(seed) for seed in (0, 1, 2, 7, 2**47, 2**47 + 1)] == ["A", "B", "A", "B", "A", "B"]
     assert candidate_label(PINNED_SEEDS["pdf-3fa2b1/section/i00"]) == "A"
     assert candidate_label(PINNED_SEEDS["pdf-3fa2b1/paragraph/i03"]) == "B"
-    labels = [candidate_label(order_seed(f"pdf-3fa2b1/section/i{i:02d}")) for i in range(20)]
+    labels = [candidate_label(order_seed(iteration_key("pdf-3fa2b1", "section", i))) for i in range(20)]
     assert {"A", "B"} == set(labels)  # both orders occur across iterations
 
 

@@ -10,8 +10,10 @@ from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.keys import batch_name
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.records import ComparisonRecord
 from deep_pipeline.engine.steps import drive, run_step
 from deep_pipeline.engine.settings import effective_config, load_deployment
+from deep_pipeline.store import read_model
 from deep_pipeline.llm.client import ModelClient, ModelSettings
 from deep_pipeline.rollouts import RolloutTask, make_runner
 from tests.compile_world import CONFIG, MARK, World, install_world, make_inputs
@@ -82,3 +84,6 @@ def test_slow_candidates_of_a_prompt_only_compile_are_rejected_for_timeout(tmp_p
     for decision in report.decisions:
         candidates = ctx.cdir.traces(batch_name(decision.level, decision.index))
         assert candidates and all((t.timed_out, t.error_category) == (True, "timeout") for t in candidates)
+        # comparison.json keeps the judge's regressions (none here) and the rule's apart.
+        stored = read_model(ctx.cdir.iteration_dir(decision.level, decision.index) / "comparison.json", ComparisonRecord)
+        assert (stored.comparison.runtime_regressions, stored.rule_regressions) == ([], ["timeout"])

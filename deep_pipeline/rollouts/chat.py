@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from deep_pipeline.core.keys import rollout_call_key
 from deep_pipeline.core.models import Trace, TraceStep
 from deep_pipeline.rollouts.base import (
     Progress,
@@ -43,10 +44,6 @@ def chat_messages(package_dir: Path, task: RolloutTask) -> list[dict]:
     files = ("\nOther files in the skill package:\n" + "\n".join(f"- {p}" for p in others) + "\n") if others else ""
     system = SYSTEM_PROMPT.format(name=task.skill_name, skill=skill, files=files)
     return [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}]
-
-
-def rollout_step_key(batch: str, index: int) -> str:
-    return f"rollout/{batch}/r{index}"
 
 
 class ChatRunner:
@@ -98,7 +95,7 @@ class ChatRunner:
 
         deadline = clock.started + self.timeout_s if self.timeout_s is not None else None
         try:
-            answer, record = client.complete(rollout_step_key(batch, index), messages, deadline=deadline)
+            answer, record = client.complete(rollout_call_key(batch, index), messages, deadline=deadline)
         except ModelTimeout as exc:
             return self._timed_out(labels, steps, clock, archive_dir, index, str(exc))
         except Exception as exc:  # noqa: BLE001 - any other model failure is this rollout's api_error
