@@ -55,7 +55,7 @@ def test_compile_json_does_not_carry_the_task_prompt(tmp_path):
     bundle.write_text(json.dumps(data))
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CHAT))
     ctx = StepContext.open(tmp_path / "store", record.key)
-    assert ctx.cdir.record_path.stat().st_size < 4_000
+    assert ctx.cdir.record_path.stat().st_size < 8_000  # the config and hashes; the prompt is 280 kB
     assert ctx.task_prompt == data["prompt"]
 
 

@@ -84,9 +84,9 @@ def test_column_edit_and_comparison_from_the_local_model(home, tmp_path):
     assert edit.unit_id == units[2].unit_id and edit.new_text.strip()
 
     comparison, _ = compare_cell(
-        local("judge", home, tmp_path), step_key="it/i00/compare", task_prompt=TASK, unit=units[2],
+        local("judge", home, tmp_path), iteration_key="it/i00", task_prompt=TASK, unit=units[2],
         old_text=units[2].text, new_text=edit.new_text, dimension=DEFAULT_DIMENSIONS[0],
-        incumbent_traces=TRACES, candidate_traces=TRACES, candidate_label="A", order_seed=3,
+        incumbent_traces=TRACES, candidate_traces=TRACES, order_seed=3, orders=1,
     )
     assert 1 <= comparison.incumbent_score <= 5 and 1 <= comparison.candidate_score <= 5
     assert time.monotonic() - started < 120

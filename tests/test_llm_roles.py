@@ -10,7 +10,7 @@ from deep_pipeline.core.units import cut_paragraphs, cut_sections
 from deep_pipeline.errors import StepError
 from deep_pipeline.llm.budget import Budget, BudgetExhausted
 from deep_pipeline.llm.client import ModelClient, ModelSettings
-from deep_pipeline.llm.comparator import compare_cell
+from deep_pipeline.llm.comparator import compare_once
 from deep_pipeline.llm.editor import propose_edit
 from deep_pipeline.llm.judge import score_column
 
@@ -206,6 +206,7 @@ CANDIDATE = [trace("section-i00-0", "used the preinstalled pandas"), trace("sect
 @pytest.mark.parametrize("candidate_label", ["A", "B"])
 def test_blind_order_is_mapped_back(scripted_llm, units, candidate_label):
     new_side, old_side = candidate_label.lower(), ("b" if candidate_label == "A" else "a")
+    new_label, old_label = candidate_label, old_side.upper()
 
     def answer(request):
         shown = request.last_user
@@ -215,33 +216,42 @@ def test_blind_order_is_mapped_back(scripted_llm, units, candidate_label):
             else shown.index("Use the preinstalled pandas.") > shown.index("<<version B>>")
         return request.answer(**{
             f"score_{new_side}": 5, f"score_{old_side}": 2, "task_relevant": True,
-            f"regressions_{new_side}": ["slow start"], f"regressions_{old_side}": ["network failure"],
-            f"evidence_{new_side}": [{"trace_id": f"{candidate_label}1", "step": 1, "quote": "preinstalled pandas"},
-                                     {"trace_id": f"{candidate_label}2", "step": 1, "quote": "not there"}],
-            f"evidence_{old_side}": [{"trace_id": f"{old_side.upper()}1", "step": 1, "quote": "no network"}],
+            f"regressions_{new_side}": [
+                {"kind": "timeout", "trace_id": f"{new_label}2", "step": 1, "quote": "done"},  # valid
+                {"kind": "error", "trace_id": f"{new_label}1", "step": 5, "quote": "crash"},  # no step 5
+            ],
+            f"regressions_{old_side}": [{"kind": "failed_command", "trace_id": f"{old_label}1", "step": 1,
+                                         "quote": "pip install pandas failed"}],
+            f"evidence_{new_side}": [{"trace_id": f"{new_label}1", "step": 1, "quote": "preinstalled pandas"},
+                                     {"trace_id": f"{new_label}2", "step": 1, "quote": "not there"}],
+            f"evidence_{old_side}": [{"trace_id": f"{old_label}1", "step": 1, "quote": "no network"}],
+            "reason": f"{new_label}1 step 1 uses the preinstalled pandas; version {old_label} fails in {old_label}1",
         })
 
     scripted_llm.script("judge", answer)
-    comparison, calls = compare_cell(
+    call, calls = compare_once(
         judge(), step_key="c/section/i00/compare", task_prompt=TASK, unit=units[1],
         old_text="Install pandas with pip.", new_text="Use the preinstalled pandas.", dimension=CORRECTNESS,
-        incumbent_traces=INCUMBENT, candidate_traces=CANDIDATE, candidate_label=candidate_label, order_seed=7,
+        incumbent_traces=INCUMBENT, candidate_traces=CANDIDATE, candidate_label=candidate_label,
     )
-    assert (comparison.incumbent_score, comparison.candidate_score) == (2, 5)
-    assert comparison.candidate_evidence == [EvidenceRef(trace_id="section-i00-0", step=1, quote="preinstalled pandas")]
-    assert comparison.dropped_evidence == 1
-    # The judge's regressions for the candidate side only: the timeout rule (1/2 timed out against
-    # 0/2) is core.decision's (tests/test_timeout_rule.py), not the comparator's.
-    assert comparison.runtime_regressions == ["slow start"]
-    assert (comparison.candidate_label, comparison.order_seed, comparison.task_relevant) == (candidate_label, 7, True)
+    assert (call.incumbent_score, call.candidate_score, call.candidate_label) == (2, 5, candidate_label)
+    assert call.candidate_evidence == [EvidenceRef(trace_id="section-i00-0", step=1, quote="preinstalled pandas")]
+    assert call.incumbent_evidence == [EvidenceRef(trace_id="input-0", step=1, quote="no network")]
+    assert call.dropped_evidence == 1
+    # Claims are mapped to real trace ids and checked against their own side's traces.
+    assert [(c.kind, c.trace_id, c.step) for c in call.candidate_regressions] == [("timeout", "section-i00-1", 1)]
+    assert [(c.kind, c.trace_id) for c in call.incumbent_regressions] == [("failed_command", "input-0")]
+    assert call.dropped_regressions == 1
+    # The reason a person reads names trace ids and sides, never the blind labels.
+    assert call.reason == "section-i00-0 step 1 uses the preinstalled pandas; the incumbent fails in input-0"
 
 
 def test_candidate_evidence_must_come_from_candidate_traces(scripted_llm, units):
     # Quoting an incumbent trace under the candidate's side is dropped, even if the quote is real.
     scripted_llm.script("judge", lambda r: r.answer(evidence_b=[{"trace_id": "A1", "step": 1, "quote": "no network"}]))
-    comparison, _ = compare_cell(
+    call, _ = compare_once(
         judge(), step_key="k", task_prompt=TASK, unit=units[1], old_text="x", new_text="y", dimension=CORRECTNESS,
-        incumbent_traces=INCUMBENT, candidate_traces=CANDIDATE[:1], candidate_label="B", order_seed=1,
+        incumbent_traces=INCUMBENT, candidate_traces=CANDIDATE[:1], candidate_label="B",
     )
-    assert comparison.candidate_evidence == [] and comparison.dropped_evidence == 1
-    assert comparison.runtime_regressions == []  # the judge named none
+    assert call.candidate_evidence == [] and call.dropped_evidence == 1
+    assert call.candidate_regressions == [] and call.dropped_regressions == 0  # the judge named none

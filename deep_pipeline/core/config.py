@@ -108,6 +108,11 @@ class CompileConfig(BaseModel):
     rejection_limit: int = Field(default=2, ge=1)
     parallel: int = Field(default=3, ge=1, le=32)  # model calls in flight per compile
     min_gain: float = Field(default=0.5, gt=0)
+    # The comparison (SPEC §6.5): 2 orders cancel the judge's preference for a position;
+    # samples repeat each order; a regression counts only with a quote from a trace.
+    compare_orders: Literal[1, 2] = 2
+    compare_samples: int = Field(default=1, ge=1, le=5)
+    regressions_need_evidence: bool = True
     descent_ceiling: float = Field(default=3.5, ge=1, le=5)
     min_paragraphs: int = Field(default=2, ge=1)
     rollout_timeout_s: float = Field(default=600.0, gt=0)

@@ -1,11 +1,13 @@
 """The decision rule of one iteration (SPEC §6.5–§6.6) and the blind A/B order.
 
-Regression list format: the judge's `runtime_regressions`, each stripped of outer
-whitespace with inner whitespace folded, empty ones dropped, duplicates dropped (first
-kept), commas replaced by ';' (the list itself is comma-joined); then `timeout` is
-appended when the candidate's timed-out share is higher than the incumbent's and the
-judge did not already name it. The reason is `runtime_regressed:` + the items joined
-by `,` with no spaces, e.g. `runtime_regressed:slower,timeout`.
+Regression list format: the judge's `runtime_regressions` (core/comparison.py: one item
+per valid claim, `<kind> (<trace id> step <n>)`, or `<kind>` for a face-value claim that
+named no trace), each stripped of outer whitespace with inner whitespace folded, empty
+ones dropped, duplicates dropped (first kept), commas replaced by ';' (the list itself is
+comma-joined); then `timeout` is appended when the candidate's timed-out share is higher
+than the incumbent's and the judge did not already name it. The reason is
+`runtime_regressed:` + the items joined by `,`, e.g.
+`runtime_regressed:failed_command (section-i00-r1 step 3),timeout`.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def decide(
     min_gain: float,
 ) -> tuple[bool, str, float]:
     """(accepted, reason, delta): the first rule of SPEC §6.6 that applies."""
-    delta = float(comparison.candidate_score - comparison.incumbent_score)
+    # Means of up to 10 calls: rounding keeps a delta of exactly min_gain from reading 0.49999….
+    delta = round(float(comparison.candidate_score - comparison.incumbent_score), 9)
     if not comparison.task_relevant:
         return False, NOT_RELEVANT, delta
     found = regressions(comparison, incumbent_traces, candidate_traces)

@@ -39,7 +39,8 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _decoded_strings(arguments: str) -> list[str]:
+def decoded_strings(arguments: str) -> list[str]:
+    """Every string value of JSON arguments, decoded; none when they are not a JSON object or array."""
     try:
         value = json.loads(arguments)
     except (ValueError, RecursionError):
@@ -52,7 +53,7 @@ def step_full_text(step: TraceStep) -> str:
     parts = [step.text]
     parts.extend(f"{call.name} {call.arguments}" for call in step.tool_calls)
     for call in step.tool_calls:
-        parts.extend(_decoded_strings(call.arguments))
+        parts.extend(decoded_strings(call.arguments))
     return "\n".join(parts)
 
 

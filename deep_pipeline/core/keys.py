@@ -91,8 +91,12 @@ def edit_call_key(iteration_key_: str, attempt: int) -> str:
     return f"{iteration_key_}/edit/{attempt}"
 
 
-def compare_call_key(iteration_key_: str) -> str:
-    return f"{iteration_key_}/compare"
+def compare_call_key(iteration_key_: str, candidate_label: str | None = None, sample: int = 0) -> str:
+    """A comparison's call: the single call of the original design keeps its key; each call of
+    several names its order (the candidate's side) and sample."""
+    if candidate_label is None:
+        return f"{iteration_key_}/compare"
+    return f"{iteration_key_}/compare/candidate-{candidate_label}/s{sample}"
 
 
 def rollout_call_key(batch: str, index: int) -> str:

@@ -6,7 +6,7 @@ of these. They are plain data: the rules that act on them live in the sibling mo
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,6 +26,14 @@ NO_IMPROVEMENT = "target_cell_did_not_improve"
 EXACT_DUPLICATE = "exact_duplicate_rejected_edit"
 EDIT_VALIDATION_EXHAUSTED = "edit_validation_exhausted"
 BUDGET_EXHAUSTED = "budget_exhausted"
+
+# A score on the 1-5 rubric: the judge gives integers; a comparison of several calls
+# gives their mean (SPEC §6.5), kept an int when it is one so single-call records stay as they were.
+Score = Annotated[int | float, Field(ge=1, le=5)]
+
+# What a runtime regression is (SPEC §6.5).
+RegressionKind = Literal["error", "timeout", "failed_command", "wrong_output", "other"]
+REGRESSION_KINDS: tuple[str, ...] = ("error", "timeout", "failed_command", "wrong_output", "other")
 
 # Level stop reasons (SPEC §7).
 StopReason = Literal[
@@ -130,7 +138,7 @@ class EvidenceRef(Record):
 class Cell(Record):
     unit_id: str
     dimension: str
-    score: int = Field(ge=1, le=5)
+    score: Score
     reason: str = ""
     evidence: list[EvidenceRef] = Field(default_factory=list)
     dropped_evidence: int = 0
@@ -187,18 +195,66 @@ class LocalEdit(Record):
     edit_summary: str = ""
 
 
-class Comparison(Record):
-    """The judge's verdict on one cell, mapped back from the blind A/B order."""
+class RegressionClaim(Record):
+    """A runtime regression the judge saw with one side, where it saw it (SPEC §6.5).
 
+    `trace_id` is the real trace id (the judge's blind label mapped back); empty when a
+    face-value claim (`regressions_need_evidence: false`) named no trace of that side.
+    """
+
+    kind: RegressionKind
+    trace_id: str = ""
+    step: int = Field(default=0, ge=0)
+    quote: str = ""
+
+
+class CompareCall(Record):
+    """One judge call of a comparison, mapped back from its blind order."""
+
+    candidate_label: Literal["A", "B"]  # the order: which side the judge saw the candidate as
+    sample: int = 0
     incumbent_score: int = Field(ge=1, le=5)
     candidate_score: int = Field(ge=1, le=5)
     task_relevant: bool
-    runtime_regressions: list[str] = Field(default_factory=list)
+    reason: str = ""  # trace labels already replaced by trace ids
+    candidate_evidence: list[EvidenceRef] = Field(default_factory=list)
+    incumbent_evidence: list[EvidenceRef] = Field(default_factory=list)
+    dropped_evidence: int = 0
+    # Kept: valid claims (or every claim when regressions need no evidence); dropped: counted.
+    candidate_regressions: list[RegressionClaim] = Field(default_factory=list)
+    incumbent_regressions: list[RegressionClaim] = Field(default_factory=list)
+    dropped_regressions: int = 0
+
+    @property
+    def delta(self) -> int:
+        return self.candidate_score - self.incumbent_score
+
+
+class Comparison(Record):
+    """The judge's verdict on one cell over all its calls (SPEC §6.5), mapped back from A/B."""
+
+    incumbent_score: Score  # the mean over `calls`
+    candidate_score: Score
+    task_relevant: bool  # false only when every call says so
+    runtime_regressions: list[str] = Field(default_factory=list)  # the candidate's, one readable item each
+    regressions: list[RegressionClaim] = Field(default_factory=list)  # the same, as claims
+    dropped_regressions: int = 0
     candidate_evidence: list[EvidenceRef] = Field(default_factory=list)
     dropped_evidence: int = 0
     reason: str = ""
-    candidate_label: Literal["A", "B"] = "B"  # which side the judge saw the candidate as
+    candidate_label: Literal["A", "B"] = "B"  # the seeded order: the first call's
     order_seed: int = 0
+    calls: list[CompareCall] = Field(default_factory=list)
+    order_disagreement: bool | None = None  # None: one order only
+
+
+class CallScores(Record):
+    """One comparison call's scores, as a decision records them."""
+
+    candidate_label: Literal["A", "B"]
+    sample: int = 0
+    incumbent_score: int
+    candidate_score: int
 
 
 class Rejection(Record):
@@ -222,12 +278,14 @@ class Decision(Record):
     accepted: bool
     reason: str
     delta: float | None = None
-    incumbent_score: int | None = None
-    candidate_score: int | None = None
+    incumbent_score: Score | None = None
+    candidate_score: Score | None = None
     edit_summary: str = ""
     edit_sha256: str | None = None  # hash of the unit's new text
     candidate_label: Literal["A", "B"] | None = None
     order_seed: int | None = None
+    call_scores: list[CallScores] = Field(default_factory=list)
+    order_disagreement: bool | None = None
     # On accept: what the current package, traces and cell become.
     new_text: str | None = None
     skill_text: str | None = None

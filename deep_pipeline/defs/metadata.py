@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from deep_pipeline.core.matrix import matrix_markdown
+from deep_pipeline.core.skill_use import not_applicable_reason, share, share_texts
 from deep_pipeline.llm.accounting import Usage
 from deep_pipeline.store import sha256_bytes
 
@@ -58,3 +59,21 @@ def unit_diff(before: str, after: str, unit_id: str) -> str:
     )
     body = "".join(lines) or "(no change)\n"
     return f"```diff\n{body}```"
+
+
+def skill_use_meta(uses: list, runner: str, output_format: str) -> dict:
+    """`read_skill` and `quoted_edited_unit` as shares of the candidate's traces, plus a warning
+    when none read the skill (issue 10 point 3: shown to people, read by no rule)."""
+    reason = not_applicable_reason(runner, output_format) or (None if uses else "not recorded for these rollouts")
+    return {name: dg.MetadataValue.text(text) for name, text in share_texts(share(uses), reason).items()}
+
+
+def calls_table(calls: list) -> str:
+    """Every judge call of a comparison (SPEC §6.5): its order, scores, regressions and reason."""
+    rows = ["| order | sample | incumbent | candidate | regressions (kept / dropped) | reason |", "|---|---|---|---|---|---|"]
+    for c in calls:
+        kept = ", ".join(f"{r.kind} {r.trace_id} step {r.step}".strip() for r in c.candidate_regressions) or "-"
+        reason = c.reason.replace("|", "/").replace("\n", " ")
+        rows.append(f"| candidate as {c.candidate_label} | {c.sample} | {c.incumbent_score} | {c.candidate_score} | "
+                    f"{kept} / {c.dropped_regressions} | {reason} |")
+    return "\n".join(rows)

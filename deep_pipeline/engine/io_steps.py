@@ -7,8 +7,9 @@ from typing import NamedTuple
 
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Decision, Trace
+from deep_pipeline.core.skill_use import IterationSkillUse, share
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.records import CompileRecord, Report, TraceBatchRecord
+from deep_pipeline.engine.records import CompileRecord, Report, RolloutsRecord, TraceBatchRecord
 from deep_pipeline.errors import StepError, one_line
 from deep_pipeline.store import (
     atomic_copy_tree,
@@ -172,6 +173,7 @@ def report_step(ctx: StepContext) -> Report:
         decisions=[e for e in history.events if isinstance(e, Decision)],
         final_rollouts=final_traces.trace_ids if ran_on_final else [],
         final_rollouts_batch=final_batch if ran_on_final else None,
+        skill_use=skill_use_by_iteration(cdir, history.events),
         usage_by_role=by_role,
         usage_total=total,
         final_skill_dir=str(cdir.final_skill),
@@ -179,6 +181,21 @@ def report_step(ctx: StepContext) -> Report:
     cdir.require()
     atomic_write_json(cdir.report_path, report)
     return report
+
+
+def skill_use_by_iteration(cdir, events) -> list[IterationSkillUse]:
+    """Each rolled-out iteration's share of traces that read the skill (issue 10 point 3).
+
+    Read from rollouts.json for people to see; no decision reads it.
+    """
+    shares = []
+    for decision in (e for e in events if isinstance(e, Decision)):
+        path = cdir.iteration_dir(decision.level, decision.index) / "rollouts.json"
+        rollouts = read_model(path, RolloutsRecord) if path.is_file() else None
+        if rollouts is not None and not rollouts.skipped:
+            counts = share(rollouts.skill_use)
+            shares.append(IterationSkillUse(level=decision.level, index=decision.index, **counts.model_dump()))
+    return shares
 
 
 def finalize_step(ctx: StepContext) -> Report:

@@ -10,19 +10,21 @@ from __future__ import annotations
 import shutil
 from typing import NamedTuple
 
-from deep_pipeline.core.decision import candidate_label, decide, order_seed, rule_regressions
+from deep_pipeline.core.decision import decide, order_seed, rule_regressions
 from deep_pipeline.core.edits import prepare_edit
-from deep_pipeline.core.keys import batch_name, compare_call_key, edit_call_key, iteration_key, matrix_key, parse_key
+from deep_pipeline.core.keys import batch_name, edit_call_key, iteration_key, matrix_key, parse_key
 from deep_pipeline.core.matrix import current_matrix
 from deep_pipeline.core.models import (
     BUDGET_EXHAUSTED,
     EDIT_VALIDATION_EXHAUSTED,
     EXACT_DUPLICATE,
+    CallScores,
     Cell,
     Decision,
     ScoreMatrix,
 )
 from deep_pipeline.core.actions import RunIteration
+from deep_pipeline.core.skill_use import SkillUse, not_applicable_reason, skill_use
 from deep_pipeline.llm.accounting import usage_of_calls
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.io_steps import roll_out
@@ -37,7 +39,7 @@ from deep_pipeline.engine.records import (
     TraceBatchRecord,
 )
 from deep_pipeline.errors import AnswerError, StepError
-from deep_pipeline.store import atomic_copy_tree, atomic_write_json, package_hash, read_model, sha256_text
+from deep_pipeline.store import atomic_copy_tree, atomic_write_json, package_files, package_hash, read_model, sha256_text
 
 SKIP_REASONS = {
     "exact_duplicate": EXACT_DUPLICATE,
@@ -199,9 +201,19 @@ def rollouts_step(it: Iteration, candidate: CandidateRecord) -> RolloutsRecord:
         return RolloutsRecord(
             batch=it.batch, trace_ids=[t.trace_id for t in traces],
             timed_out=sum(t.timed_out for t in traces), errors=sum(t.error_category is not None for t in traces),
+            skill_use=_skill_use(it, traces),
         )
 
     return it.once("rollouts.json", RolloutsRecord, make)
+
+
+def _skill_use(it: Iteration, traces: list) -> list[SkillUse]:
+    """Per trace, did the agent read the candidate skill and quote the edited unit (a signal, no rule)."""
+    cfg, edit = it.ctx.config, it.load("edit.json", EditRecord)
+    files = [p.as_posix() for p in package_files(it.path("candidate"))]
+    applicable = not_applicable_reason(cfg.runner, cfg.agent_output_format) is None
+    return [skill_use(t, skill_name=it.ctx.record.skill_name, package_files=files,
+                      unit_text=(edit.unit_text_after if edit else None) or "", applicable=applicable) for t in traces]
 
 
 def comparison_step(it: Iteration, edit: EditRecord, rollouts: RolloutsRecord) -> ComparisonRecord:
@@ -214,15 +226,15 @@ def comparison_step(it: Iteration, edit: EditRecord, rollouts: RolloutsRecord) -
     def make() -> ComparisonRecord:
         if rollouts.skipped:
             return ComparisonRecord(skipped=rollouts.skipped)
-        seed = order_seed(it.key)
+        cfg = ctx.config
         incumbent, candidate = ctx.cdir.traces(edit.incumbent_batch), ctx.cdir.traces(rollouts.batch)
         try:
             comparison, calls = compare_cell(
-                ctx.services.judge, step_key=compare_call_key(it.key), task_prompt=ctx.task_prompt, unit=edit.unit,
+                ctx.services.judge, iteration_key=it.key, task_prompt=ctx.task_prompt, unit=edit.unit,
                 old_text=edit.unit_text_before, new_text=edit.unit_text_after,
                 dimension=ctx.dimension(edit.coordinate.dimension),
-                incumbent_traces=incumbent, candidate_traces=candidate,
-                candidate_label=candidate_label(seed), order_seed=seed,
+                incumbent_traces=incumbent, candidate_traces=candidate, order_seed=order_seed(it.key),
+                orders=cfg.compare_orders, samples=cfg.compare_samples, need_evidence=cfg.regressions_need_evidence,
             )
         except BudgetExhausted:
             return ComparisonRecord(skipped="budget_exhausted")
@@ -273,6 +285,9 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
             **common, accepted=accepted, reason=reason, delta=delta,
             incumbent_score=result.incumbent_score, candidate_score=result.candidate_score,
             candidate_label=result.candidate_label, order_seed=result.order_seed,
+            order_disagreement=result.order_disagreement,
+            call_scores=[CallScores(candidate_label=c.candidate_label, sample=c.sample, incumbent_score=c.incumbent_score,
+                                    candidate_score=c.candidate_score) for c in result.calls],
         )
         if accepted:
             decision = decision.model_copy(update=dict(

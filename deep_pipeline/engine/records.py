@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import Cell, Comparison, Coordinate, Decision, LevelSummary, LocalEdit, ScoreMatrix, Unit
+from deep_pipeline.core.skill_use import IterationSkillUse, SkillUse
 from deep_pipeline.llm.accounting import Usage  # the calls' totals each record keeps; owned with the call records
 
 
@@ -132,6 +133,9 @@ class RolloutsRecord(EngineRecord):
     trace_ids: list[str] = Field(default_factory=list)
     timed_out: int = 0
     errors: int = 0
+    # Per trace, did the agent read the skill and quote the edited unit (core.skill_use):
+    # shown to people, read by no rule. Empty in records made before it was kept.
+    skill_use: list[SkillUse] = Field(default_factory=list)
 
 
 class ComparisonRecord(EngineRecord):
@@ -169,6 +173,8 @@ class Report(EngineRecord):
     decisions: list[Decision]
     final_rollouts: list[str] = Field(default_factory=list)  # trace ids, or empty
     final_rollouts_batch: str | None = None
+    # Per iteration that rolled out: how many candidate traces read the skill (a signal, no rule).
+    skill_use: list[IterationSkillUse] = Field(default_factory=list)
     usage_by_role: dict[str, Usage] = Field(default_factory=dict)
     usage_total: Usage = Field(default_factory=Usage)
     verifier_signal_used: bool = False

@@ -1,22 +1,25 @@
 """The blind comparison of one cell, incumbent against candidate (SPEC §6.5).
 
-The judge sees the two versions as A and B (the candidate is `candidate_label`), each
-with its own traces under neutral labels (A1, A2, … / B1, …) so neither the order nor
-the trace ids tell which version is new. The answer is mapped back to incumbent and
-candidate before it leaves this module.
+Each call shows the judge the two versions as A and B (the candidate is that call's
+`candidate_label`), each with its own traces under neutral labels (A1, A2, … / B1, …),
+so neither the order nor the trace ids tell which version is new. Every answer is
+mapped back to incumbent and candidate, and its labels to trace ids, before it leaves
+this module; core/comparison.py turns the calls into one verdict.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from deep_pipeline.core.comparison import call_orders, check_claims, combine, other, unblind
 from deep_pipeline.core.config import Dimension
-from deep_pipeline.core.models import Comparison, Trace, Unit
+from deep_pipeline.core.keys import compare_call_key
+from deep_pipeline.core.models import CompareCall, Comparison, Trace, Unit
 from deep_pipeline.llm.accounting import CallRecord
 from deep_pipeline.llm.client import ModelClient
 from deep_pipeline.llm.judge import checked_evidence
 from deep_pipeline.llm.prompts import fill, profile, rubric_text
-from deep_pipeline.llm.render import render_traces
+from deep_pipeline.llm.render import fence_data, render_traces
 from deep_pipeline.llm.schemas import compare_answer_model
 
 
@@ -28,6 +31,43 @@ def blind_labels(traces: list[Trace], side: str) -> dict[str, str]:
 def compare_cell(
     client: ModelClient,
     *,
+    iteration_key: str,
+    task_prompt: str,
+    unit: Unit,
+    old_text: str,
+    new_text: str,
+    dimension: Dimension,
+    incumbent_traces: list[Trace],
+    candidate_traces: list[Trace],
+    order_seed: int,
+    orders: int = 2,
+    samples: int = 1,
+    need_evidence: bool = True,
+) -> tuple[Comparison, list[CallRecord]]:
+    """Every call `orders` x `samples` asks, one after another, then their verdict.
+
+    One order and one sample is the original single call under its original cache key;
+    with more, each call's key names its order and sample, so a resume repeats none.
+    """
+    plan = call_orders(orders, samples, order_seed)
+    single = len(plan) == 1
+    made: list[CompareCall] = []
+    records: list[CallRecord] = []
+    for label, sample in plan:
+        key = compare_call_key(iteration_key) if single else compare_call_key(iteration_key, label, sample)
+        call, calls = compare_once(
+            client, step_key=key, task_prompt=task_prompt, unit=unit, old_text=old_text, new_text=new_text,
+            dimension=dimension, incumbent_traces=incumbent_traces, candidate_traces=candidate_traces,
+            candidate_label=label, sample=sample, need_evidence=need_evidence,
+        )
+        made.append(call)
+        records += calls
+    return combine(made, order_seed), records
+
+
+def compare_once(
+    client: ModelClient,
+    *,
     step_key: str,
     task_prompt: str,
     unit: Unit,
@@ -37,10 +77,11 @@ def compare_cell(
     incumbent_traces: list[Trace],
     candidate_traces: list[Trace],
     candidate_label: Literal["A", "B"],
-    order_seed: int,
-) -> tuple[Comparison, list[CallRecord]]:
+    sample: int = 0,
+    need_evidence: bool = True,
+) -> tuple[CompareCall, list[CallRecord]]:
     limits, render = profile(client)
-    incumbent_label = "B" if candidate_label == "A" else "A"
+    incumbent_label = other(candidate_label)
     sides = {candidate_label: (new_text, candidate_traces), incumbent_label: (old_text, incumbent_traces)}
     labels = {side: blind_labels(traces, side) for side, (_, traces) in sides.items()}
     user = fill(
@@ -52,34 +93,32 @@ def compare_cell(
         unit_id=unit.unit_id,
         text_a=sides["A"][0],
         text_b=sides["B"][0],
-        traces_a=render_traces(sides["A"][1], render, labels["A"]),
-        traces_b=render_traces(sides["B"][1], render, labels["B"]),
+        traces_a=fence_data(render_traces(sides["A"][1], render, labels["A"]), "the agent's traces with version A"),
+        traces_b=fence_data(render_traces(sides["B"][1], render, labels["B"]), "the agent's traces with version B"),
     )
     messages = [{"role": "system", "content": fill("compare_system")}, {"role": "user", "content": user}]
     answer, calls = client.structured(step_key, messages, compare_answer_model(limits))
 
-    side = candidate_label.lower()
-    back = {label: trace_id for trace_id, label in labels[candidate_label].items()}
-    kept, dropped = checked_evidence(getattr(answer, f"evidence_{side}"), candidate_traces, rename=back)
-    # The judge's regressions only: the timeout rule (SPEC §6.5) is core.decision's, applied when deciding.
-    regressions = _unique(getattr(answer, f"regressions_{side}"))
-    comparison = Comparison(
-        incumbent_score=getattr(answer, f"score_{incumbent_label.lower()}"),
-        candidate_score=getattr(answer, f"score_{side}"),
-        task_relevant=answer.task_relevant,
-        runtime_regressions=regressions,
-        candidate_evidence=kept,
-        dropped_evidence=dropped,
-        reason=answer.reason,
+    back = {label: trace_id for side in labels.values() for trace_id, label in side.items()}
+    new, old = candidate_label.lower(), incumbent_label.lower()
+    cand_evidence, dropped_c = checked_evidence(getattr(answer, f"evidence_{new}"), candidate_traces, rename=back)
+    inc_evidence, _ = checked_evidence(getattr(answer, f"evidence_{old}"), incumbent_traces, rename=back)
+    # Each side's claims are checked against that side's traces only: a quote from the
+    # incumbent's trace is no evidence against the candidate.
+    cand_claims, dropped_rc = check_claims(getattr(answer, f"regressions_{new}"), candidate_traces, back, need_evidence)
+    inc_claims, dropped_ri = check_claims(getattr(answer, f"regressions_{old}"), incumbent_traces, back, need_evidence)
+    call = CompareCall(
         candidate_label=candidate_label,
-        order_seed=order_seed,
+        sample=sample,
+        incumbent_score=getattr(answer, f"score_{old}"),
+        candidate_score=getattr(answer, f"score_{new}"),
+        task_relevant=answer.task_relevant,
+        reason=unblind(answer.reason, back, candidate_label),
+        candidate_evidence=cand_evidence,
+        incumbent_evidence=inc_evidence,
+        dropped_evidence=dropped_c,  # the candidate's, as a cell counts them
+        candidate_regressions=cand_claims,
+        incumbent_regressions=inc_claims,
+        dropped_regressions=dropped_rc + dropped_ri,
     )
-    return comparison, calls
-
-
-def _unique(items: list[str]) -> list[str]:
-    seen: list[str] = []
-    for item in (i.strip() for i in items):
-        if item and item not in seen:
-            seen.append(item)
-    return seen
+    return call, calls

@@ -9,7 +9,7 @@ from deep_pipeline.core.models import Cell, EvidenceRef, Trace, Unit
 from deep_pipeline.llm.accounting import CallRecord
 from deep_pipeline.llm.client import ModelClient
 from deep_pipeline.llm.prompts import fill, profile, rubric_text
-from deep_pipeline.llm.render import mark_units, render_traces
+from deep_pipeline.llm.render import fence_data, mark_units, render_traces
 from deep_pipeline.llm.schemas import column_answer_model, column_cells
 
 
@@ -39,7 +39,8 @@ def column_messages(
     _, render = profile(client)
     system = fill("judge_system")
     context = fill(
-        "judge_context", task=task_prompt, skill=mark_units(skill_text, units), traces=render_traces(traces, render)
+        "judge_context", task=task_prompt, skill=mark_units(skill_text, units),
+        traces=fence_data(render_traces(traces, render), "the agent's traces"),
     )
     unit_ids = ", ".join(u.unit_id for u in units)
     column = fill(

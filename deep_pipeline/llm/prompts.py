@@ -8,7 +8,7 @@ from string import Template
 
 from deep_pipeline.core.config import Dimension
 from deep_pipeline.core.models import EvidenceRef, Rejection
-from deep_pipeline.llm.render import COMPACT_RENDER, DEFAULT_RENDER, RenderLimits
+from deep_pipeline.llm.render import COMPACT_RENDER, DEFAULT_RENDER, RenderLimits, fence_data
 from deep_pipeline.llm.schemas import COMPACT_LIMITS, DEFAULT_LIMITS, AnswerLimits
 
 
@@ -30,7 +30,8 @@ def rubric_text(dimension: Dimension) -> str:
 def evidence_text(evidence: list[EvidenceRef]) -> str:
     if not evidence:
         return "(none)"
-    return "\n".join(f'- [{e.trace_id} step {e.step}] "{e.quote}"' for e in evidence)
+    quotes = "\n".join(f'- [{e.trace_id} step {e.step}] "{e.quote}"' for e in evidence)
+    return fence_data(quotes, "quotes from the agent's traces")
 
 
 def feedback_text(rejections: list[Rejection], failed_checks: list[str]) -> str:

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from deep_pipeline.core.models import REGRESSION_KINDS
+
 
 class AnswerLimits(BaseModel):
     """Bounds of an answer. Small models get small ones: their output budget is short."""
@@ -48,6 +50,23 @@ def evidence_field(limits: AnswerLimits) -> tuple:
     """
     item = evidence_model(limits).model_json_schema()
     return (list[Any], Field(json_schema_extra={"items": item, "maxItems": limits.evidence_items}))
+
+
+def regression_field(limits: AnswerLimits) -> tuple:
+    """Regression claims: shown with their shape (a kind, where, a quote), checked one by one later.
+
+    Like evidence, a claim that is malformed or not in its trace is dropped and counted
+    (SPEC §6.5), never a reason to retry the call.
+    """
+    item = create_model(
+        "Regression",
+        __config__=_STRICT,
+        kind=(Literal[REGRESSION_KINDS], ...),  # type: ignore[valid-type]
+        trace_id=(str, Field(min_length=1, max_length=120)),
+        step=(int, Field(ge=1, le=100_000)),
+        quote=(str, Field(min_length=1, max_length=limits.quote_chars)),
+    ).model_json_schema()
+    return (list[Any], Field(json_schema_extra={"items": item, "maxItems": limits.regressions}))
 
 
 def cell_model(limits: AnswerLimits) -> type[BaseModel]:
@@ -98,25 +117,18 @@ def edit_answer_model(
 
 def compare_answer_model(limits: AnswerLimits = DEFAULT_LIMITS) -> type[BaseModel]:
     """The blind verdict: both sides as A and B, each with its own regressions and evidence."""
-    regression = Field(max_length=limits.regressions)
     return create_model(
         "CompareAnswer",
         __config__=_STRICT,
         evidence_a=evidence_field(limits),
         evidence_b=evidence_field(limits),
-        regressions_a=(list[_bounded_str(80)], regression),
-        regressions_b=(list[_bounded_str(80)], regression),
+        regressions_a=regression_field(limits),
+        regressions_b=regression_field(limits),
         reason=(str, Field(max_length=limits.reason_chars)),
         task_relevant=(bool, ...),
         score_a=(int, Field(ge=1, le=5)),
         score_b=(int, Field(ge=1, le=5)),
     )
-
-
-def _bounded_str(max_chars: int):
-    from typing import Annotated
-
-    return Annotated[str, Field(min_length=1, max_length=max_chars)]
 
 
 def response_format(model: type[BaseModel], *, strict: bool) -> dict:

@@ -12,7 +12,7 @@ import dagster as dg
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.core.matrix import matrix_markdown
 from deep_pipeline.defs.launcher import asset_step
-from deep_pipeline.defs.metadata import file_ref, unit_diff, usage_meta
+from deep_pipeline.defs.metadata import calls_table, file_ref, skill_use_meta, unit_diff, usage_meta
 from deep_pipeline.defs.partitions import iterations_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine import iteration_steps as steps
@@ -96,9 +96,23 @@ def candidate_rollouts(context: dg.AssetExecutionContext, store: CompileStoreRes
             "errors": dg.MetadataValue.int(record.errors),
             "runner": dg.MetadataValue.text(it.ctx.config.runner),
             "agent_model": dg.MetadataValue.text(it.ctx.config.agent_model),
+            **_skill_use(it, record),
             **file_ref(it.ctx.cdir.batch_dir(record.batch) / "batch.json"),
         }
+        if "skill_use_warning" in meta:  # in the run's log too, where people watching a run look
+            context.log.warning(f"{it.key}: {meta['skill_use_warning'].value}")
     return dg.MaterializeResult(metadata=meta | file_ref(it.path("rollouts.json")))
+
+
+def _skill_use(it: steps.Iteration, record: RolloutsRecord | None) -> dict:
+    if record is None or record.skipped:
+        return {}
+    cfg = it.ctx.config
+    return skill_use_meta(record.skill_use, cfg.runner, cfg.agent_output_format)
+
+
+def _disagreement(value: bool | None) -> dg.MetadataValue:
+    return dg.MetadataValue.text("-" if value is None else ("yes: the orders disagree on which side is better" if value else "no"))
 
 
 @dg.asset(**COMMON, deps=[candidate_rollouts], pool="llm", description="The judge's blind A/B comparison of the one cell (SPEC §6.5).")
@@ -114,8 +128,11 @@ def comparison(context: dg.AssetExecutionContext, store: CompileStoreResource) -
             "candidate_score": dg.MetadataValue.float(float(c.candidate_score)),
             "task_relevant": dg.MetadataValue.bool(c.task_relevant),
             "judge_regressions": dg.MetadataValue.json(c.runtime_regressions),
+            "dropped_regressions": dg.MetadataValue.int(c.dropped_regressions),
             "rule_regressions": dg.MetadataValue.json(record.rule_regressions),
             "ab_order": dg.MetadataValue.text(f"candidate shown as {c.candidate_label} (seed {c.order_seed})"),
+            "order_disagreement": _disagreement(c.order_disagreement),
+            "calls": dg.MetadataValue.md(calls_table(c.calls)),
             "reason": dg.MetadataValue.text(c.reason),
             "candidate_evidence": dg.MetadataValue.json([e.model_dump() for e in c.candidate_evidence]),
             "dropped_evidence": dg.MetadataValue.int(c.dropped_evidence),
@@ -140,10 +157,13 @@ def decision(context: dg.AssetExecutionContext, store: CompileStoreResource) -> 
         "reason": dg.MetadataValue.text(d.reason),
         "delta": dg.MetadataValue.float(float(d.delta)) if d.delta is not None else dg.MetadataValue.text("-"),
         "ab_order": dg.MetadataValue.text(f"candidate shown as {d.candidate_label}" if d.candidate_label else "-"),
+        "order_disagreement": _disagreement(d.order_disagreement),
+        "call_scores": dg.MetadataValue.json([c.model_dump() for c in d.call_scores]),
         "edit_summary": dg.MetadataValue.text(d.edit_summary or "-"),
         "selected_from_matrix": dg.MetadataValue.text(edit.matrix_key or "-"),
         "evidence_files": dg.MetadataValue.json({n: str(it.path(n)) for n in ("edit.json", "comparison.json", "rollouts.json")}),
         "current_matrix": dg.MetadataValue.md(matrix_markdown(matrix_after) if matrix_after else "-"),
+        **_skill_use(it, it.load("rollouts.json", RolloutsRecord)),
         **usage_meta(record.usage),
         **file_ref(it.path("decision.json")),
     }

@@ -35,9 +35,9 @@ def compile_report(context: dg.AssetExecutionContext, store: CompileStoreResourc
         report = report_step(ctx)
     rows = ["| # | iteration | coordinate | decision | delta | A/B |", "|---|---|---|---|---|---|"]
     for number, d in enumerate(report.decisions, start=1):  # numbered across levels, as `status` does
-        delta = f"{d.delta:+.1f}" if d.delta is not None else "-"
+        delta = f"{d.delta:+.2f}" if d.delta is not None else "-"
         rows.append(f"| {number} | {iteration_label(d.level, d.index)} | {d.coordinate} | {d.reason} | {delta} | "
-                    f"{d.candidate_label or '-'} |")
+                    f"{_orders(d)} |")
     return dg.MaterializeResult(
         metadata={
             "status": dg.MetadataValue.text(report.status),
@@ -49,3 +49,10 @@ def compile_report(context: dg.AssetExecutionContext, store: CompileStoreResourc
             **file_ref(ctx.cdir.report_path),
         }
     )
+
+
+def _orders(decision) -> str:
+    """The A/B column: the one order of a single call, or both orders and whether they agreed."""
+    if len(decision.call_scores) <= 1:
+        return decision.candidate_label or "-"
+    return "both, disagree" if decision.order_disagreement else "both"
