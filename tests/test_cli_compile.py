@@ -72,6 +72,9 @@ def test_compile_records_every_decision_as_a_materialization(tmp_path, home, scr
         ({"judge_model": "nosuchprovider/x"}, "judge_model"),
         ({"dimensions": []}, "dimensions"),
         ({"rollouts": "many"}, "rollouts"),
+        ({"compare_orders": 3}, "compare_orders: Input should be 1 or 2"),
+        ({"compare_samples": 0}, "compare_samples"),
+        ({"compare_samples": 6}, "compare_samples"),
     ],
 )
 def test_bad_settings_fail_before_anything_is_registered(tmp_path, home, scripted_llm, capsys, extra, needle):
@@ -81,6 +84,27 @@ def test_bad_settings_fail_before_anything_is_registered(tmp_path, home, scripte
     assert code == 2
     assert len(err.splitlines()) == 1 and needle in err
     assert not (home / "compiles").exists() or not any((home / "compiles").iterdir())
+
+
+@pytest.mark.parametrize("flags, needle", [(["--compare-orders", "3"], "compare_orders"),
+                                           (["--compare-samples", "9"], "compare_samples")])
+def test_bad_comparison_flags_fail_before_anything_is_registered(tmp_path, home, capsys, flags, needle):
+    skill, bundle = make_inputs(tmp_path)
+    assert main(["compile", str(skill), "--task", str(bundle), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err
+    assert not (home / "compiles").exists() or not any((home / "compiles").iterdir())
+
+
+def test_the_comparison_flags_reach_the_compiles_config(tmp_path, home, scripted_llm, capsys):
+    install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
+    skill, bundle = make_inputs(tmp_path)
+    argv = ["compile", str(skill), "--task", str(bundle), "--config", str(write_config(tmp_path, section_iterations=1)),
+            "--compare-orders", "1", "--compare-samples", "2", "--face-value-regressions", "--quiet"]
+    assert main(argv) == 0
+    [folder] = (home / "compiles").iterdir()
+    config = json.loads((folder / "compile.json").read_text())["config"]
+    assert (config["compare_orders"], config["compare_samples"], config["regressions_need_evidence"]) == (1, 2, False)
 
 
 def test_resume_unknown_compile_is_a_clear_error(home, capsys):

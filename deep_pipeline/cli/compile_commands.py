@@ -25,7 +25,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument(f"--{flag.replace('_', '-')}", dest=flag, metavar="M", help=f"{flag.split('_')[0]} model: 'local' or a litellm model string")
     p.add_argument("--runner", help="chat | mini-swe-agent | command | replay (default chat)")
     p.add_argument("--agent-command", metavar="TEMPLATE", help="agent CLI template for --runner command, with {prompt} {workdir} {skill_dir}")
-    p.add_argument("--config", type=Path, metavar="FILE", help="YAML of compile settings (models, runner, rollouts, iterations, budget ...)")
+    p.add_argument("--compare-orders", type=int, metavar="N", help="judge calls per comparison order: 2 (default) asks with the "
+                   "candidate as A and as B, cancelling position bias; 1 asks once in the seeded order (the original design)")
+    p.add_argument("--compare-samples", type=int, metavar="N", help="times each order is asked, 1-5 (default 1)")
+    p.add_argument("--face-value-regressions", dest="regressions_need_evidence", action="store_const", const=False,
+                   help="count the judge's runtime regressions without a quote from a trace (the original design; "
+                   "default: a regression needs valid evidence)")
+    p.add_argument("--config", type=Path, metavar="FILE", help="YAML of compile settings (models, runner, rollouts, iterations, "
+                   "budget, compare_orders, compare_samples, regressions_need_evidence ...; see the README's table)")
     p.add_argument("--quiet", action="store_true", help="print only where S_final and the report are")
     p.set_defaults(handler=_compile)
 
@@ -93,7 +100,7 @@ def _overrides(args: argparse.Namespace) -> dict:
     from deep_pipeline.engine.settings import read_config_file
 
     overrides = read_config_file(args.config) if args.config else {}
-    for flag in (*MODEL_FLAGS, "runner", "agent_command"):
+    for flag in (*MODEL_FLAGS, "runner", "agent_command", "compare_orders", "compare_samples", "regressions_need_evidence"):
         if getattr(args, flag) is not None:
             overrides[flag] = getattr(args, flag)
     return overrides
