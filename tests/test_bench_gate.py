@@ -1,0 +1,60 @@
+"""benchmarks/bench_gate.py runs end to end on a few iterations, and its simulated world behaves as
+described: a noiseless judge's invented claims reject at face value only, and its position bonus
+decides the one-order gate only."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_gate.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_gate", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def by_gate(rows) -> dict:
+    return {row.gate: row for row in rows}
+
+
+def test_the_table_has_the_three_gates_with_rates_and_calls(bench, capsys):
+    rows = bench.main(["--iterations", "12", "--setting", "0.5,1", "--markdown"])
+    out = capsys.readouterr().out
+    assert "| gate | sigma | b | false accepts | false rejects | judge calls / iteration |" in out
+    assert "invented-claim rate r = 0.2" in out
+    gates = by_gate(rows)
+    assert set(gates) == {"original", "default", "samples3"} and len(rows) == 3
+    for row in rows:
+        assert 0 <= row.false_accept <= 1 and 0 <= row.false_reject <= 1
+        assert f"| {row.gate} | 0.5 | 1 |" in out
+    assert [gates[g].calls_per_iteration for g in ("original", "default", "samples3")] == [1, 2, 6]
+
+
+def test_invented_claims_reject_only_at_face_value(bench, capsys):
+    # No noise, no bonus: the scores are the truth, so only the invented claims can mislead.
+    gates = by_gate(bench.main(["--iterations", "12", "--setting", "0,0", "--invent-rate", "1"]))
+    assert (gates["original"].false_accept, gates["original"].false_reject) == (0, 1)
+    assert (gates["default"].false_accept, gates["default"].false_reject) == (0, 0)
+
+
+def test_a_position_bonus_decides_only_the_one_order_gate(bench, capsys):
+    gates = by_gate(bench.main(["--iterations", "12", "--setting", "0,1", "--invent-rate", "0"]))
+    assert gates["original"].false_accept > 0 and gates["original"].false_reject > 0
+    assert (gates["default"].false_accept, gates["default"].false_reject) == (0, 0)
+
+
+def test_a_malformed_setting_is_one_clear_line(bench, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--setting", "0.5"])
+    assert exit_info.value.code == 2
+    assert "--setting wants SIGMA,B" in capsys.readouterr().err
