@@ -18,9 +18,17 @@ $(BIN)/deep-pipeline: pyproject.toml constraints.txt
 
 setup: $(BIN)/deep-pipeline
 
+# The demo ends with the compile's evaluation (S_fast vs S_final with the bundle's verifier).
+# Its key is the first word of the compile's summary line ("<key>: completed (...)"); the
+# compile's own exit status is kept through the pipe (sh has no pipefail).
 demo: setup
-	$(BIN)/deep-pipeline compile deep_pipeline/examples/haiku-writer \
-		--task deep_pipeline/examples/haiku-task.json --config deep_pipeline/examples/haiku-compile.yaml
+	mkdir -p $(DAGSTER_HOME)
+	{ $(BIN)/deep-pipeline compile deep_pipeline/examples/haiku-writer \
+		--task deep_pipeline/examples/haiku-task.json --config deep_pipeline/examples/haiku-compile.yaml; \
+		echo $$? > $(DAGSTER_HOME)/demo-compile.status; } | tee $(DAGSTER_HOME)/demo-compile.txt
+	exit "$$(cat $(DAGSTER_HOME)/demo-compile.status)"
+	$(BIN)/deep-pipeline evaluate --quiet --rollouts 3 \
+		"$$(sed -n 's/^\([^ :]*\): \(completed\|budget_exhausted\) .*/\1/p' $(DAGSTER_HOME)/demo-compile.txt | tail -n 1)"
 
 test: setup
 	$(BIN)/pytest -q
@@ -32,4 +40,5 @@ ui: setup
 	$(BIN)/dagster dev -w workspace.yaml
 
 clean-demo:
-	rm -rf dagster_home/compiles dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs
+	rm -rf dagster_home/compiles dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs \
+		dagster_home/demo-compile.txt dagster_home/demo-compile.status

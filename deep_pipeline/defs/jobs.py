@@ -8,6 +8,7 @@ and the multiprocess executor costs ~3 s per step here (DESIGN "Facts measured h
 
 import dagster as dg
 
+from deep_pipeline.defs.assets.evaluation import evaluation
 from deep_pipeline.defs.assets.inputs import input_traces
 from deep_pipeline.defs.assets.iteration import (
     candidate_edit,
@@ -40,3 +41,11 @@ finalize_job = dg.define_asset_job(
 
 
 ASSET_JOBS = [prepare_inputs_job, score_matrix_job, iteration_job, finalize_job]
+
+# Not a step job: no `deep/step` tag and not in ASSET_JOBS, so neither the loop sensor nor
+# a driver ever runs it; a person asks for it (SPEC §10: after the compile, never inside it).
+evaluation_job = dg.define_asset_job(
+    "evaluate", selection=[evaluation], executor_def=dg.in_process_executor,
+    description="Evaluate a finalized compile: S_fast and S_final rolled out and checked by the verifier.",
+)
+EVALUATION_JOBS = [evaluation_job]

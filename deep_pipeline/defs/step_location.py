@@ -1,4 +1,4 @@
-"""The definitions the step jobs run with: every asset, its checks, the step jobs and the resources.
+"""The definitions the step jobs run with: every asset, its checks, the step jobs, the evaluation job and the resources.
 
 definitions.py merges these with the op jobs, the sensor and the schedule; the drivers
 (defs/driver.py) execute step jobs from here, so the `compile` op never imports the
@@ -7,6 +7,7 @@ code location it belongs to.
 
 import dagster as dg
 
+from deep_pipeline.defs.assets.evaluation import evaluation
 from deep_pipeline.defs.assets.inputs import input_traces
 from deep_pipeline.defs.assets.iteration import (
     candidate_edit,
@@ -22,7 +23,7 @@ from deep_pipeline.defs.checks import (
     final_differs_only_in_skill_md,
     report_matches_decisions,
 )
-from deep_pipeline.defs.jobs import ASSET_JOBS
+from deep_pipeline.defs.jobs import ASSET_JOBS, EVALUATION_JOBS
 from deep_pipeline.defs.resources import CompileDefaultsResource, CompileStoreResource, ProviderKeysResource
 from deep_pipeline.engine.settings import load_deployment
 
@@ -39,9 +40,10 @@ step_defs = dg.Definitions(
         decision,
         final_skill,
         compile_report,
+        evaluation,
     ],
     asset_checks=[candidate_keeps_structure, final_differs_only_in_skill_md, report_matches_decisions],
-    jobs=ASSET_JOBS,
+    jobs=[*ASSET_JOBS, *EVALUATION_JOBS],
     resources={
         "store": CompileStoreResource(provider_keys=ProviderKeysResource.from_environment()),
         "defaults": CompileDefaultsResource(),

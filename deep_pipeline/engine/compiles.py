@@ -63,7 +63,7 @@ def check_inputs(skill_dir: Path, bundle_path: Path, config: CompileConfig):
 def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: CompileConfig) -> CompileRecord:
     """Register (or find) the compile of this skill, bundle and config. Idempotent."""
     skill, loaded = check_inputs(skill_dir, bundle_path, config)
-    identity = compile_identity(skill.package_hash, loaded.bundle_hash, config)
+    identity = compile_identity(skill.package_hash, loaded.identity_hash, config)  # the verifier is not in it
     key = compile_key(skill.name, identity)
     cdir = CompileDir(root, key)
     if cdir.exists():

@@ -38,12 +38,25 @@ class TaskBundle(BaseModel):
     agent: str | None = Field(default=None, description="The agent that produced the traces, e.g. claude-code.")
     agent_model: str | None = Field(default=None, description="The model that agent ran with.")
     traces: list[Trace] = Field(default_factory=list, description="Rollouts already recorded; may be empty.")
+    verifier: str | None = Field(
+        default=None,
+        description="A shell command template run by `deep-pipeline evaluate` in each rollout's work directory "
+        "after the agent finished; exit 0 = pass. `{workdir}` is replaced by that directory (shell-quoted). "
+        "A compile never runs it, no prompt shows it, and it is not part of the compile's identity.",
+    )
 
     @field_validator("task_name", "prompt")
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
+        return value
+
+    @field_validator("verifier")
+    @classmethod
+    def _names_its_workdir(cls, value: str | None) -> str | None:
+        if value is not None and WORKDIR not in value:
+            raise ValueError(f"must contain {WORKDIR} (the rollout's work directory the verifier checks)")
         return value
 
 
@@ -53,7 +66,14 @@ class LoadedBundle(BaseModel):
     bundle: TaskBundle
     path: Path
     task_dir: Path | None
-    bundle_hash: str
+    bundle_hash: str  # sha256 of the file's bytes, as `inspect` shows it
+    identity_hash: str  # what the compile's identity hashes: the bundle without its verifier
+
+
+# Fields of a bundle that are not part of a compile's identity (SPEC §2, §10): the
+# verifier is for `evaluate` only, so adding one must not make a new compile.
+NOT_IDENTITY = ("verifier",)
+WORKDIR = "{workdir}"
 
 
 def duplicate_trace_ids(traces: list[Trace]) -> tuple[int, int, str] | None:
@@ -112,7 +132,19 @@ def load_bundle(path: Path | str) -> LoadedBundle:
         path=path.resolve(),
         task_dir=resolve_task_dir(bundle.task_dir, path, str(path)),
         bundle_hash=sha256_bytes(data),
+        identity_hash=identity_hash(parsed),
     )
+
+
+def identity_hash(parsed: dict[str, Any]) -> str:
+    """sha256 of the bundle's canonical JSON without the fields outside its identity.
+
+    Canonical (sorted keys, no spaces), so the hash does not depend on where in the file
+    a verifier was added or how the file is indented.
+    """
+    kept = {key: value for key, value in parsed.items() if key not in NOT_IDENTITY}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return sha256_bytes(text.encode("utf-8"))
 
 
 def bundle_json_schema() -> dict[str, Any]:

@@ -11,9 +11,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deep_pipeline.core.models import ErrorCategory, Trace, TraceStep
+from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, ErrorCategory, Trace, TraceStep
 from deep_pipeline.rollouts.base import (
     Progress,
+    Verify,
     RolloutTask,
     Stopwatch,
     archive_file,
@@ -96,6 +97,7 @@ class ProcessRunner:
         archive_dir: Path,
         progress: Progress | None = None,
         done: dict[int, Trace] | None = None,
+        verify: Verify | None = None,
     ) -> list[Trace]:
         check_task_dir(task)
         if self.agents_dir is not None:  # a killed run's agents must not run beside ours
@@ -107,7 +109,7 @@ class ProcessRunner:
                 trace_id=trace_id(batch, index), batch=batch, skill_sha256=skill_sha256,
                 agent=self.name, model=self.model, prompt=task.prompt,
             )
-            return self._rollout(index, Path(package_dir), task, Path(archive_dir), labels)
+            return self._rollout(index, Path(package_dir), task, Path(archive_dir), labels, verify)
 
         return run_parallel(n, self.parallel, rollout, progress, done)
 
@@ -122,7 +124,8 @@ class ProcessRunner:
         # The user's OPENAI_API_KEY must not travel to our own server: a dummy key instead.
         self.key_model, self.extra_env = None, {"OPENAI_API_KEY": "sk-local-no-key"}
 
-    def _rollout(self, index: int, package_dir: Path, task: RolloutTask, archive_dir: Path, labels: dict) -> Trace:
+    def _rollout(self, index: int, package_dir: Path, task: RolloutTask, archive_dir: Path, labels: dict,
+                 verify: Verify | None = None) -> Trace:
         clock = Stopwatch()
         sandbox: Sandbox | None = None
         try:
@@ -138,9 +141,11 @@ class ProcessRunner:
                          error_reason=f"could not prepare the workdir: {exc}", duration_s=clock.elapsed)
         try:
             result, reading = self._run(launch, sandbox, archive_dir, index)
+            category, reason = classify(result, reading, self.limits)
+            if verify is not None and category not in MACHINE_FAULT_CATEGORIES:
+                verify(index, sandbox.work)  # the agent is done and stopped; its workdir is still here
         finally:
-            sandbox.remove()  # after archiving: the workdir's copy is never needed again
-        category, reason = classify(result, reading, self.limits)
+            sandbox.remove()  # after archiving (and verifying): the workdir's copy is never needed again
         return Trace(
             **labels, steps=reading.steps, final_output=final_output_once(reading),
             error_category=category, error_reason=reason, duration_s=round(result.duration_s, 3),

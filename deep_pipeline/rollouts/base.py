@@ -20,6 +20,7 @@ from deep_pipeline.errors import InputError
 from deep_pipeline.store import atomic_write_bytes
 
 Progress = Callable[[int, Trace], None]
+Verify = Callable[[int, Path], None]  # rollouts/verifier.py: (rollout index, its work directory)
 
 
 class RolloutTask(BaseModel):
@@ -52,7 +53,10 @@ class Runner(Protocol):
         archive_dir: Path,
         progress: Progress | None = None,
         done: dict[int, Trace] | None = None,
+        verify: Verify | None = None,
     ) -> list[Trace]: ...
+    # `verify` (evaluation only, SPEC §10; a compile never passes one) is called with each
+    # rollout's index and work directory after its agent finished, before the workdir goes.
 
 
 def trace_id(batch: str, index: int) -> str:

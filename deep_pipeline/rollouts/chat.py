@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Callable
 
 from deep_pipeline.core.keys import rollout_call_key
-from deep_pipeline.core.models import Trace, TraceStep
+from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace, TraceStep
 from deep_pipeline.rollouts.base import (
     Progress,
+    Verify,
     RolloutTask,
     Stopwatch,
     archive_file,
@@ -67,11 +68,17 @@ class ChatRunner:
         archive_dir: Path,
         progress: Progress | None = None,
         done: dict[int, Trace] | None = None,
+        verify: Verify | None = None,
     ) -> list[Trace]:
         check_task_dir(task)
 
         def rollout(index: int) -> Trace:
-            return self._rollout(index, Path(package_dir), skill_sha256, task, batch, Path(archive_dir))
+            trace = self._rollout(index, Path(package_dir), skill_sha256, task, batch, Path(archive_dir))
+            if verify is not None and trace.error_category not in MACHINE_FAULT_CATEGORIES:
+                from deep_pipeline.rollouts.verifier import verify_answer
+
+                verify_answer(verify, index, trace.final_output)  # no workdir: answer.txt in a fresh one
+            return trace
 
         return run_parallel(n, self.parallel, rollout, progress, done)
 

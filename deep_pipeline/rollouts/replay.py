@@ -13,7 +13,11 @@ from pathlib import Path
 
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace
 from deep_pipeline.errors import InputError
-from deep_pipeline.rollouts.base import Progress, RolloutTask, archive_file, check_task_dir, trace_id
+from deep_pipeline.rollouts.base import Progress, RolloutTask, Verify, archive_file, check_task_dir, trace_id
+
+# Served traces were made elsewhere, their work directories long gone: nothing to verify.
+REFUSES_VERIFY = ("runner 'replay' cannot be evaluated: it serves recorded traces and has no work directory "
+                  "to run a verifier in; evaluate a compile made with the chat, command or mini-swe-agent runner")
 
 
 class ReplayRunner:
@@ -40,7 +44,10 @@ class ReplayRunner:
         archive_dir: Path,
         progress: Progress | None = None,
         done: dict[int, Trace] | None = None,
+        verify: Verify | None = None,
     ) -> list[Trace]:
+        if verify is not None:
+            raise InputError(REFUSES_VERIFY)
         check_task_dir(task)
         served = []
         for index in range(n):

@@ -1,0 +1,52 @@
+"""`deep-pipeline evaluate COMPILE`: S_fast against S_final with the task's verifier (SPEC §10)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from deep_pipeline import home as homes
+from deep_pipeline.cli.compile_commands import _home, _say
+from deep_pipeline.engine.evaluation import DEFAULT_ROLLOUTS
+from deep_pipeline.rollouts.verifier import ANSWER_FILE, DEFAULT_VERIFIER_TIMEOUT_S
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="measure S_final against S_fast with the task's verifier",
+        description="Roll out S_fast (the compile's input skill) and S_final N times each with the compile's runner "
+        "and agent model, run the verifier in each rollout's work directory after the agent finished (exit 0 = "
+        "pass), and print each side's pass rate with its 95% Wilson interval and the difference (final - fast) with "
+        "its 95% Newcombe interval, with the rollouts' tokens and cost. The compile must be finalized and not made "
+        "with the replay runner. Records go to <compile>/evaluations/<n>/ (one <n> per distinct verifier and "
+        "timeout); running it again reuses the finished rollouts, and a larger N adds only the missing ones. "
+        "Nothing it writes is read by the compile. Exit 2: bad input (unknown or unfinished compile, no verifier, "
+        "a verifier without {workdir}, N < 1); exit 1: a verifier that cannot be found or run, or a rollout "
+        "the machinery failed (run it again).",
+    )
+    p.add_argument("compile_key", metavar="COMPILE")
+    p.add_argument("--verifier", metavar="CMD",
+                   help="shell command template with {workdir} (replaced by the rollout's work directory, "
+                   "shell-quoted; also its cwd); default: the task bundle's `verifier` field. The chat runner "
+                   f"has no workdir: its final answer is written to {ANSWER_FILE} in a fresh temporary one")
+    p.add_argument("--rollouts", type=int, default=DEFAULT_ROLLOUTS, metavar="N",
+                   help=f"rollouts per side (default {DEFAULT_ROLLOUTS}, at least 1)")
+    p.add_argument("--verifier-timeout", type=float, default=DEFAULT_VERIFIER_TIMEOUT_S, metavar="SECONDS",
+                   help=f"a verifier still running then is killed with its process group and counts as a fail "
+                   f"(default {DEFAULT_VERIFIER_TIMEOUT_S:g})")
+    p.add_argument("--json", action="store_true", help="print the result record as JSON")
+    p.add_argument("--quiet", action="store_true", help="no line per rollout")
+    p.set_defaults(handler=_evaluate)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from deep_pipeline.engine.compiles import find_compile
+    from deep_pipeline.engine.evaluation import evaluate, format_result
+
+    _home(create=False)  # no Dagster instance: the evaluation's records live in the compile's folder
+    cdir = find_compile(homes.store_root(), args.compile_key)
+    result = evaluate(cdir, verifier=args.verifier, rollouts=args.rollouts, verifier_timeout_s=args.verifier_timeout,
+                      progress=None if args.quiet or args.json else (lambda line: _say(args, line)))
+    print(json.dumps(result.model_dump(mode="json"), indent=2) if args.json else format_result(result))
+    return 0
