@@ -32,22 +32,18 @@ def compare_cell(
     client: ModelClient,
     *,
     iteration_key: str,
-    task_prompt: str,
-    unit: Unit,
-    old_text: str,
-    new_text: str,
-    dimension: Dimension,
-    incumbent_traces: list[Trace],
-    candidate_traces: list[Trace],
     order_seed: int,
     orders: int = 2,
     samples: int = 1,
     need_evidence: bool = True,
+    **cell,
 ) -> tuple[Comparison, list[CallRecord]]:
     """Every call `orders` x `samples` asks, one after another, then their verdict.
 
-    One order and one sample is the original single call under its original cache key;
-    with more, each call's key names its order and sample, so a resume repeats none.
+    `cell` is what each call shows, as `compare_once` names it: task_prompt, unit,
+    old_text, new_text, dimension, incumbent_traces, candidate_traces. One order and one
+    sample is the original single call under its original cache key; with more, each
+    call's key names its order and sample, so a resume repeats none.
     """
     plan = call_orders(orders, samples, order_seed)
     single = len(plan) == 1
@@ -55,11 +51,8 @@ def compare_cell(
     records: list[CallRecord] = []
     for label, sample in plan:
         key = compare_call_key(iteration_key) if single else compare_call_key(iteration_key, label, sample)
-        call, calls = compare_once(
-            client, step_key=key, task_prompt=task_prompt, unit=unit, old_text=old_text, new_text=new_text,
-            dimension=dimension, incumbent_traces=incumbent_traces, candidate_traces=candidate_traces,
-            candidate_label=label, sample=sample, need_evidence=need_evidence,
-        )
+        call, calls = compare_once(client, step_key=key, candidate_label=label, sample=sample,
+                                   need_evidence=need_evidence, **cell)
         made.append(call)
         records += calls
     return combine(made, order_seed), records
