@@ -203,3 +203,14 @@ def test_bad_comparison_settings_get_one_line(setting, value, expected):
     with pytest.raises(InputError) as caught:
         effective_config(load_deployment(), {setting: value}, origin="compile.yaml")
     assert str(caught.value) == f"compile.yaml: {expected}"
+
+
+def test_the_agent_samples_and_the_judge_samples_only_when_asked(tmp_path, scripted_llm):
+    # Rollouts are samples (pass rates, §10); compare_samples needs a judge that samples to differ.
+    scripted_llm.always("agent", "- shipped the parser")
+    compile_with(tmp_path, scripted_llm, lambda r, a: verdict(3, 3), runner="chat", section_iterations=1,
+                 compare_samples=2, judge_temperature=0.8)
+    agent = {r.params["temperature"] for r in scripted_llm.requests_for("agent")}
+    judge = {r.params["temperature"] for r in scripted_llm.requests_for("judge")}
+    editor = {r.params["temperature"] for r in scripted_llm.requests_for("editor")}
+    assert (agent, judge, editor) == ({0.7}, {0.8}, {0.0})

@@ -97,6 +97,11 @@ class CompileConfig(BaseModel):
     judge_max_tokens: int = Field(default=1024, ge=64)
     editor_max_tokens: int = Field(default=2048, ge=64)
     agent_max_tokens: int = Field(default=1024, ge=64)
+    # Rollouts are samples of what the agent does (SPEC §6.4, §10's pass rates): the agent's
+    # model samples. The judge is asked for a verdict: deterministic unless compare_samples
+    # should see its spread; the editor stays at 0.
+    agent_temperature: float = Field(default=0.7, ge=0, le=2)
+    judge_temperature: float = Field(default=0.0, ge=0, le=2)
     runner: RunnerName = "chat"
     agent_command: str | None = None
     agent_output_format: Literal["claude-stream-json", "jsonl", "text"] = "text"

@@ -191,6 +191,7 @@ def evaluation_runner(cdir: CompileDir, record: CompileRecord, folder: Path, api
     home = dagster_home()
     settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,
                              max_tokens=config.agent_max_tokens, timeout_s=config.rollout_timeout_s,
+                             temperature=config.agent_temperature,
                              api_key=(api_keys or {}).get(provider_of(config.agent_model)))
 
     def agent_client() -> ModelClient:
@@ -199,7 +200,7 @@ def evaluation_runner(cdir: CompileDir, record: CompileRecord, folder: Path, api
 
     # As build_services gives it to subprocess agents (their own timeout is the rollout's).
     process_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,
-                                     max_tokens=config.agent_max_tokens)
+                                     max_tokens=config.agent_max_tokens, temperature=config.agent_temperature)
     return make_runner(config, model_client=agent_client, agent_settings=process_settings,
                        local_home=home, agents_dir=folder / "agents")
 

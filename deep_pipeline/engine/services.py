@@ -55,6 +55,11 @@ def provider_of(model: str) -> str:
     return model.split("/", 1)[0] if "/" in model else model
 
 
+def temperature_of(config, role: str) -> float:
+    """The role's sampling temperature: the config's agent and judge settings; the editor's is 0."""
+    return getattr(config, f"{role}_temperature", 0.0)
+
+
 def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = False,
                    api_keys: dict[str, str] | None = None) -> Services:
     """`api_keys` maps a provider ("anthropic", "openai", ...) to a key a resource handed over."""
@@ -72,7 +77,7 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
         # A chat rollout is one call: it may take the rollout's whole time (its deadline bounds it).
         timeout = {"timeout_s": config.rollout_timeout_s} if role == "agent" else {}
         return ModelClient(
-            ModelSettings(model=model, api_base=api_base, max_tokens=max_tokens,
+            ModelSettings(model=model, api_base=api_base, max_tokens=max_tokens, temperature=temperature_of(config, role),
                           api_key=(api_keys or {}).get(provider_of(model)), **timeout),
             role,
             cache_dir=cdir.llm_cache,
@@ -83,7 +88,8 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
             local_home=home,
         )
 
-    agent_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base, max_tokens=config.agent_max_tokens)
+    agent_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,
+                                   max_tokens=config.agent_max_tokens, temperature=config.agent_temperature)
     runner = make_runner(
         config,
         model_client=lambda: client(config.agent_model, config.agent_api_base, "agent"),
