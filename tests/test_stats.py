@@ -53,3 +53,9 @@ def test_newcombe_difference_matches_newcombe_table_two(k1, n1, k2, n2, low, hig
 def test_wilson_refuses_counts_that_are_not_a_proportion(k, n):
     with pytest.raises(ValueError):
         wilson(k, n)
+
+
+def test_the_ends_are_exact_at_zero_and_all():
+    # Printed in reports and metadata: 0/3 must read 0, not 5.6e-17.
+    assert wilson(0, 3).low == 0.0 and wilson(3, 3).high == 1.0
+    assert wilson(0, 3).high == pytest.approx(0.5615, abs=1e-4)

@@ -32,8 +32,11 @@ def wilson(k: int, n: int, z: float = Z_95) -> Interval:
     denominator = 1 + z2 / n
     centre = (p + z2 / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denominator
-    # Clamp rounding noise only: at k = 0 the low end is 0 exactly in real arithmetic.
-    return Interval(low=max(0.0, centre - half), high=min(1.0, centre + half))
+    # At k = 0 the low end is 0 exactly in real arithmetic (and the high end 1 at k = n);
+    # floating point leaves 5.6e-17, which a report would print as a number.
+    low = 0.0 if k == 0 else max(0.0, centre - half)
+    high = 1.0 if k == n else min(1.0, centre + half)
+    return Interval(low=low, high=high)
 
 
 def newcombe_difference(k1: int, n1: int, k2: int, n2: int, z: float = Z_95) -> Interval:
