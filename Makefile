@@ -21,14 +21,17 @@ setup: $(BIN)/deep-pipeline
 # The demo ends with the compile's evaluation (S_fast vs S_final with the bundle's verifier).
 # Its key is the first word of the compile's summary line ("<key>: completed (...)"); the
 # compile's own exit status is kept through the pipe (sh has no pipefail).
+DEMO_ARGS := deep_pipeline/examples/haiku-writer --task deep_pipeline/examples/haiku-task.json \
+	--config deep_pipeline/examples/haiku-compile.yaml
 demo: setup
-	mkdir -p $(DAGSTER_HOME)
-	{ $(BIN)/deep-pipeline compile deep_pipeline/examples/haiku-writer \
-		--task deep_pipeline/examples/haiku-task.json --config deep_pipeline/examples/haiku-compile.yaml; \
-		echo $$? > $(DAGSTER_HOME)/demo-compile.status; } | tee $(DAGSTER_HOME)/demo-compile.txt
-	exit "$$(cat $(DAGSTER_HOME)/demo-compile.status)"
-	$(BIN)/deep-pipeline evaluate --quiet --rollouts 3 \
-		"$$(sed -n 's/^\([^ :]*\): \(completed\|budget_exhausted\) .*/\1/p' $(DAGSTER_HOME)/demo-compile.txt | tail -n 1)"
+	@mkdir -p $(DAGSTER_HOME)
+	@echo "+ deep-pipeline compile $(DEMO_ARGS)"
+	@{ $(BIN)/deep-pipeline compile $(DEMO_ARGS); echo $$? > $(DAGSTER_HOME)/demo-compile.status; } \
+		| tee $(DAGSTER_HOME)/demo-compile.txt
+	@exit "$$(cat $(DAGSTER_HOME)/demo-compile.status)"
+	@key="$$(sed -n 's/^\([^ :]*\): \(completed\|budget_exhausted\) .*/\1/p' $(DAGSTER_HOME)/demo-compile.txt | tail -n 1)"; \
+		echo "+ deep-pipeline evaluate --quiet --rollouts 3 $$key"; \
+		$(BIN)/deep-pipeline evaluate --quiet --rollouts 3 "$$key"
 
 test: setup
 	$(BIN)/pytest -q
