@@ -13,7 +13,8 @@ from deep_pipeline.llm.accounting import read_calls
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 
 AGENTS = Path(__file__).parent / "agents"
-TAIL = re.compile(r"\[(\d+) calls(?:, (\d+) from the cache)?, (\d+) tokens, (\$[0-9.]+|cost unknown)\]$")
+TAIL = re.compile(r"\[(\d+) calls(?:, (\d+) from the cache)?, (\d+) tokens, (\$[0-9.]+|cost unknown); "
+                  r"compile so far: (\d+) calls, (\$[0-9.]+|cost unknown)\]$")
 
 
 def compile_lines(tmp_path, monkeypatch, capsys, **extra) -> tuple[list[str], Path]:
@@ -39,6 +40,9 @@ def test_each_progress_line_counts_only_its_own_steps_calls(tmp_path, monkeypatc
     # An edit and a comparison asked in both orders (SPEC §6.5).
     assert all(n == 3 for n, line in zip(counts, lines) if line.startswith("section/i"))
     assert sum(counts) == len(read_calls(folder / "llm" / "calls.jsonl"))  # not running totals
+    # ... and each line then says the compile's total so far.
+    totals = [int(TAIL.search(line).group(5)) for line in lines]
+    assert totals == [sum(counts[: i + 1]) for i in range(len(counts))]
 
 
 def test_inputs_whose_rollouts_all_failed_say_so(tmp_path, monkeypatch, capsys, scripted_llm):

@@ -92,12 +92,14 @@ def drive(ctx: StepContext, execute: Callable[[StepContext, Step], None], progre
 
 def summary(ctx: StepContext, step: Step, calls_before: int = 0) -> str:
     """One progress line: what the step did and what it spent (its own calls, not the compile's)."""
-    calls = ctx.cdir.calls()[calls_before:]
-    usage = usage_of_calls(calls)
-    cost = f"${usage.cost_usd:.4f}" if usage.cost_usd is not None else "cost unknown"
+    every = ctx.cdir.calls()
+    calls = every[calls_before:]
+    usage, total = usage_of_calls(calls), usage_of_calls(every)
     cached = sum(c.cache_hit for c in calls)
     from_cache = f", {cached} from the cache" if cached else ""
-    tail = f"[{usage.calls} calls{from_cache}, {usage.prompt_tokens + usage.completion_tokens} tokens, {cost}]"
+    # This step's own figures first, then the compile's so far: never a running total read as the step's.
+    tail = (f"[{usage.calls} calls{from_cache}, {usage.prompt_tokens + usage.completion_tokens} tokens, "
+            f"{_cost(usage)}; compile so far: {total.calls} calls, {_cost(total)}]")
     if step.kind == "iteration":
         _, level, _, index = parse_key(step.partition_key)
         d = Iteration(ctx, level, index).load("decision.json", DecisionRecord).decision
@@ -111,3 +113,7 @@ def summary(ctx: StepContext, step: Step, calls_before: int = 0) -> str:
             every = "all " if len(failed) == len(traces) else ""
             return f"inputs {step.partition_key}: {every}{len(failed)} of {len(traces)} rollouts failed ({kinds}) {tail}"
     return f"{step.kind} {step.partition_key} done {tail}"
+
+
+def _cost(usage) -> str:
+    return f"${usage.cost_usd:.4f}" if usage.cost_usd is not None else "cost unknown"
