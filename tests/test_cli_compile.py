@@ -46,8 +46,8 @@ def test_compile_records_every_decision_as_a_materialization(tmp_path, home, scr
     for mat, decision in zip(mats, report["decisions"]):
         assert mat.metadata["reason"].value == decision["reason"]
         assert mat.metadata["coordinate"].value == f"{decision['coordinate']['unit_id']}/{decision['coordinate']['dimension']}"
-        assert "decision_path" in mat.metadata and "decision_sha256" in mat.metadata
-        assert "current_matrix" in mat.metadata
+        assert "decision_json_path" in mat.metadata and "decision_json_sha256" in mat.metadata
+        assert "matrix_before" in mat.metadata and "matrix_after" in mat.metadata
     # s02 clarity is accepted, then s03 concision (3 -> 3) is rejected until exhausted.
     sequence = [(f"{d['coordinate']['unit_id']}/{d['coordinate']['dimension']}", d["reason"]) for d in report["decisions"]]
     assert sequence == [

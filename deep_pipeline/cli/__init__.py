@@ -10,7 +10,7 @@ from deep_pipeline.errors import InputError, StepError
 
 # Modules that add subcommands: each has register(subparsers).
 _COMMAND_MODULES = ("deep_pipeline.cli.input_commands", "deep_pipeline.cli.compile_commands",
-                    "deep_pipeline.cli.evaluate_command")
+                    "deep_pipeline.cli.evaluate_command", "deep_pipeline.cli.report_command")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -70,3 +70,17 @@ def validate_evidence(evidence: list[EvidenceRef], traces: list[Trace]) -> tuple
     traces_by_id = {trace.trace_id: trace for trace in traces}
     kept = [ref for ref in evidence if is_valid(ref, traces_by_id)]
     return kept, len(evidence) - len(kept)
+
+
+def quote_context(step_text: str, quote: str, width: int = 80) -> tuple[str, str, str] | None:
+    """(text before, the quote as it stands in the step, text after), up to `width` characters
+    each side, whitespace-folded as the check folds it, so a reader sees the quote in its step;
+    None when the quote is not in the text (evidence that would have been dropped)."""
+    folded, needle = fold_whitespace(step_text), fold_whitespace(quote)
+    at = folded.find(needle) if needle else -1
+    if at < 0:
+        return None
+    end = at + len(needle)
+    before = folded[max(0, at - width):at]
+    after = folded[end:end + width]
+    return ("…" if at > width else "") + before, needle, after + ("…" if end + width < len(folded) else "")

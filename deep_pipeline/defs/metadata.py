@@ -9,34 +9,59 @@ from pathlib import Path
 
 import dagster as dg
 
+from deep_pipeline.core.keys import rollout_call_key
 from deep_pipeline.core.matrix import matrix_markdown
 from deep_pipeline.core.skill_use import not_applicable_reason, share, share_texts
-from deep_pipeline.llm.accounting import Usage
+from deep_pipeline.llm.accounting import Usage, usage_of_calls
 from deep_pipeline.store import sha256_bytes
 
 
 def file_ref(path: Path) -> dict:
+    """`<file name>_path` / `<file name>_sha256`, the suffix kept (`edit_json_sha256`), so a record's
+    keys never overwrite the asset's own (edit.json's hash once hid the edit's `edit_sha256`)."""
     path = Path(path)
     if not path.is_file():
         return {}
-    stem = path.stem.replace("-", "_")
+    name = path.name.replace("-", "_").replace(".", "_")
     return {
-        f"{stem}_path": dg.MetadataValue.path(str(path)),
-        f"{stem}_sha256": dg.MetadataValue.text(sha256_bytes(path.read_bytes())),
+        f"{name}_path": dg.MetadataValue.path(str(path)),
+        f"{name}_sha256": dg.MetadataValue.text(sha256_bytes(path.read_bytes())),
     }
 
 
-def usage_meta(usage: Usage, models: dict[str, str] | None = None) -> dict:
+def usage_meta(usage: Usage, models: dict[str, str] | None = None, prefix: str = "") -> dict:
+    """The calls this asset's step made as `model_calls`, `cost_usd`, ...; an asset that only repeats
+    other assets' calls (level_matrix, decision) names them with a prefix, so that `model_calls`
+    summed over a compile's assets is the report's total."""
     meta = {
-        "model_calls": dg.MetadataValue.int(usage.calls),
-        "prompt_tokens": dg.MetadataValue.int(usage.prompt_tokens),
-        "completion_tokens": dg.MetadataValue.int(usage.completion_tokens),
-        "cached_tokens": dg.MetadataValue.int(usage.cached_tokens),
-        "cost_usd": dg.MetadataValue.float(usage.cost_usd) if usage.cost_usd is not None else dg.MetadataValue.text("unknown"),
+        f"{prefix}model_calls": dg.MetadataValue.int(usage.calls),
+        f"{prefix}prompt_tokens": dg.MetadataValue.int(usage.prompt_tokens),
+        f"{prefix}completion_tokens": dg.MetadataValue.int(usage.completion_tokens),
+        f"{prefix}cached_tokens": dg.MetadataValue.int(usage.cached_tokens),
+        f"{prefix}cost_usd": dg.MetadataValue.float(usage.cost_usd) if usage.cost_usd is not None else dg.MetadataValue.text("unknown"),
     }
     for role, model in (models or {}).items():
         meta[f"{role}_model"] = dg.MetadataValue.text(model)
     return meta
+
+
+def agent_usage_meta(cdir, batch: str, runner: str, agent_model: str) -> dict:
+    """The agent's spend on a batch of rollouts. A chat agent's calls are in the calls log under
+    `rollout/<batch>/r<i>` (core.keys.rollout_call_key), so they count in the report's total; a
+    subprocess agent calls its model itself: its traces' own tokens and cost are shown apart
+    (`agent_*`), since no calls log, and so no report total, holds them."""
+    prefix = rollout_call_key(batch, 0).rsplit("/", 1)[0] + "/"
+    meta = usage_meta(usage_of_calls([c for c in cdir.calls() if c.step_key.startswith(prefix)]), {"agent": agent_model})
+    if runner in ("chat", "replay") or not cdir.has_batch(batch) or cdir.batch(batch).source == "bundle":
+        return meta  # nothing spent outside the calls log
+    traces = cdir.traces(batch)
+    costs = [t.cost_usd for t in traces]
+    return meta | {
+        "agent_prompt_tokens": dg.MetadataValue.int(sum(t.prompt_tokens or 0 for t in traces)),
+        "agent_completion_tokens": dg.MetadataValue.int(sum(t.completion_tokens or 0 for t in traces)),
+        # an unknown cost stays unknown, as in Usage.add: never guessed as zero
+        "agent_cost_usd": dg.MetadataValue.float(sum(costs)) if None not in costs else dg.MetadataValue.text("unknown"),
+    }
 
 
 def matrix_meta(matrix) -> dict:
@@ -53,12 +78,16 @@ def matrix_meta(matrix) -> dict:
     }
 
 
-def unit_diff(before: str, after: str, unit_id: str) -> str:
-    lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=f"{unit_id} (incumbent)", tofile=f"{unit_id} (candidate)"
-    )
-    body = "".join(lines) or "(no change)\n"
+def text_diff(before: str, after: str, fromfile: str, tofile: str) -> str:
+    """A unified diff as a markdown `diff` block."""
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=fromfile, tofile=tofile)
+    # a last line without a newline would run into the closing fence
+    body = "".join(line if line.endswith("\n") else line + "\n" for line in lines) or "(no change)\n"
     return f"```diff\n{body}```"
+
+
+def unit_diff(before: str, after: str, unit_id: str) -> str:
+    return text_diff(before, after, f"{unit_id} (incumbent)", f"{unit_id} (candidate)")
 
 
 def skill_use_meta(uses: list, runner: str, output_format: str) -> dict:

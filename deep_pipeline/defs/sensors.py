@@ -90,20 +90,26 @@ def compile_loop_sensor(context: dg.SensorEvaluationContext, store: CompileStore
     cursor = read_cursor(context.cursor)
     # A run worker killed mid-step would hold its llm slot for good (SPEC §9).
     release_dead_runs(context.instance, context.log.warning)
-    runs, adds, pending = [], [], []
+    runs, adds, pending, why = [], [], [], []
     for key in sorted(touched_compiles(context.instance, cursor)):
         try:
             ctx = store.context(key)
             if _driven_elsewhere(ctx):
                 pending.append(key)
+                why.append(f"{key}: driven elsewhere (a CLI driver or a compile job holds its lock)")
                 continue
             run, add = requests_for(ctx)
         except (StepError, InputError, ValueError) as exc:
             context.log.warning(f"{key}: skipped: {exc}")
+            why.append(f"{key}: skipped: {exc}")
             continue
         if run is not None:
             runs.append(run)
+        else:
+            why.append(f"{key}: finished, nothing left to run")
         if add is not None:
             adds.append(add)
     cursor["pending"] = pending
-    return dg.SensorResult(run_requests=runs, dynamic_partitions_requests=adds, cursor=json.dumps(cursor))
+    # The tick's history in the UI says which compiles were looked at and why none got a run.
+    skip = None if runs else ("; ".join(why) or "no compile changed since the last tick")
+    return dg.SensorResult(run_requests=runs, dynamic_partitions_requests=adds, cursor=json.dumps(cursor), skip_reason=skip)

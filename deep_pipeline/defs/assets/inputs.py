@@ -3,7 +3,7 @@
 import dagster as dg
 
 from deep_pipeline.defs.launcher import asset_step
-from deep_pipeline.defs.metadata import file_ref
+from deep_pipeline.defs.metadata import agent_usage_meta, file_ref
 from deep_pipeline.defs.partitions import compiles_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.io_steps import input_step
@@ -23,6 +23,7 @@ def input_traces(context: dg.AssetExecutionContext, store: CompileStoreResource)
         batch = input_step(ctx)
     if batch is None:
         return dg.MaterializeResult(metadata={"compile": dg.MetadataValue.text(ctx.cdir.key), "budget_exhausted": True,
+                                              **agent_usage_meta(ctx.cdir, "input", ctx.config.runner, ctx.config.agent_model),
                                               **file_ref(ctx.cdir.budget_stop_path)})
     traces = ctx.cdir.traces(batch.batch)
     return dg.MaterializeResult(
@@ -34,8 +35,8 @@ def input_traces(context: dg.AssetExecutionContext, store: CompileStoreResource)
             "timed_out": dg.MetadataValue.int(sum(t.timed_out for t in traces)),
             "errors": dg.MetadataValue.int(sum(t.error_category is not None for t in traces)),
             "skill_sha256": dg.MetadataValue.text(batch.skill_sha256),
-            "agent_model": dg.MetadataValue.text(ctx.config.agent_model),
             "runner": dg.MetadataValue.text(ctx.config.runner),
+            **agent_usage_meta(ctx.cdir, batch.batch, ctx.config.runner, ctx.config.agent_model),
             **file_ref(ctx.cdir.batch_dir(batch.batch) / "batch.json"),
         }
     )

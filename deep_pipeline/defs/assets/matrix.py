@@ -15,6 +15,7 @@ from deep_pipeline.core.config import Dimension
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.launcher import asset_step
 from deep_pipeline.defs.metadata import file_ref, matrix_meta, usage_meta
+from deep_pipeline.defs.pages import column_table
 from deep_pipeline.defs.partitions import matrices_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.matrix_steps import MatrixStep, assemble_matrix, score_columns
@@ -57,6 +58,7 @@ def build_matrix_assets(dimensions: Sequence[Dimension]) -> list[dg.AssetsDefini
                 yield dg.MaterializeResult(
                     asset_key=column_key(column.dimension),
                     metadata={
+                        "cells": dg.MetadataValue.md(column_table(column.cells)),
                         "scores": dg.MetadataValue.json(scores),
                         "mean_score": dg.MetadataValue.float(sum(scores.values()) / max(len(scores), 1)),
                         "dropped_evidence": dg.MetadataValue.int(column.dropped_evidence),
@@ -84,7 +86,8 @@ def build_matrix_assets(dimensions: Sequence[Dimension]) -> list[dg.AssetsDefini
                 "reason": dg.MetadataValue.text(record.reason),
                 "section": dg.MetadataValue.text(record.matrix.section_id or "-"),
                 **matrix_meta(record.matrix),
-                **usage_meta(record.usage, {"judge": step.ctx.config.judge_model}),
+                # the columns' calls again, summed: prefixed, so model_calls over a compile's assets sums right
+                **usage_meta(record.usage, {"judge": step.ctx.config.judge_model}, prefix="columns_"),
                 **file_ref(step.folder / "matrix.json"),
             }
         )

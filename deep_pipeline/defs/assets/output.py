@@ -4,10 +4,11 @@ import dagster as dg
 
 from deep_pipeline.core.keys import iteration_label
 from deep_pipeline.defs.launcher import asset_step
-from deep_pipeline.defs.metadata import file_ref, usage_meta
+from deep_pipeline.defs.metadata import file_ref, text_diff, usage_meta
 from deep_pipeline.defs.partitions import compiles_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.io_steps import final_skill_step, report_step
+from deep_pipeline.report import write_html_report
 
 COMMON = dict(partitions_def=compiles_partitions, group_name="output", kinds={"python"})
 
@@ -24,15 +25,20 @@ def final_skill(context: dg.AssetExecutionContext, store: CompileStoreResource) 
             "final_package_hash": dg.MetadataValue.text(final.package_hash),
             "input_package_hash": dg.MetadataValue.text(ctx.record.package_hash),
             "changed": dg.MetadataValue.bool(final.package_hash != ctx.record.package_hash),
+            "skill_diff": dg.MetadataValue.md(text_diff(
+                ctx.cdir.skill_text(), (final.folder / "SKILL.md").read_bytes().decode("utf-8"),
+                "SKILL.md (S_fast)", "SKILL.md (S_final)")),
         }
     )
 
 
-@dg.asset(**COMMON, deps=[final_skill], description="report.json: stop reasons, every decision in order, usage per role.")
+@dg.asset(**COMMON, deps=[final_skill], description="report.json: stop reasons, every decision in order, usage per "
+          "role; report.html (`report_html`): the compile as one page, heatmaps, timeline, diff and evidence.")
 def compile_report(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
     ctx = store.context(context.partition_key)
     with asset_step(context, ctx):
         report = report_step(ctx)
+        html = write_html_report(ctx.cdir)  # the same page `deep-pipeline report` writes, from the same records
     rows = ["| # | iteration | coordinate | decision | delta | A/B |", "|---|---|---|---|---|---|"]
     for number, d in enumerate(report.decisions, start=1):  # numbered across levels, as `status` does
         delta = f"{d.delta:+.2f}" if d.delta is not None else "-"
@@ -47,6 +53,7 @@ def compile_report(context: dg.AssetExecutionContext, store: CompileStoreResourc
             "iterations": dg.MetadataValue.int(len(report.decisions)),
             **usage_meta(report.usage_total, {"judge": report.judge_model, "editor": report.editor_model, "agent": report.agent_model}),
             **file_ref(ctx.cdir.report_path),
+            "report_html": dg.MetadataValue.path(str(html)),
         }
     )
 

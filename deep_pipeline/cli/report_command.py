@@ -1,0 +1,45 @@
+"""`deep-pipeline report COMPILE [-o report.html]`: the compile as one self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from deep_pipeline import home as homes
+from deep_pipeline.cli.compile_commands import _home
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write a finalized compile's report as one HTML page",
+        description="Write one self-contained HTML file (inline CSS, no script, nothing fetched) from a finalized "
+        "compile's records: the first and last score matrix of every level as heatmaps (each cell's reason and "
+        "evidence on hover), the decision timeline numbered across levels (outcome, reason, scores, delta, per-call "
+        "scores, order disagreement, skill use), the SKILL.md diff S_fast -> S_final, the evidence quotes with the "
+        "trace steps around them, tokens and cost per role, and the latest evaluation when there is one. Reads only "
+        "the compile's folder; the file is written atomically. Exit 2: unknown or unfinished compile, or an output "
+        "path that is a folder.",
+    )
+    p.add_argument("compile_key", metavar="COMPILE")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE",
+                   help="where to write the page (default: <compile folder>/report.html)")
+    p.set_defaults(handler=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from deep_pipeline.engine.compiles import find_compile
+    from deep_pipeline.errors import InputError
+    from deep_pipeline.report import default_path, gather, render
+    from deep_pipeline.store import atomic_write_text, require_writable_folder
+
+    _home(create=False)  # no Dagster instance: the page is made from the compile's folder alone
+    cdir = find_compile(homes.store_root(), args.compile_key)
+    page = render(gather(cdir))  # an unfinished compile is refused before anything is made
+    path = args.output if args.output is not None else default_path(cdir)
+    if path.is_dir():
+        raise InputError(f"{path}: -o: is a folder; expected the path of the HTML file to write")
+    require_writable_folder(path.parent, "-o: the report's folder")
+    atomic_write_text(path, page)
+    print(path)
+    return 0
