@@ -52,6 +52,15 @@ class CompileDir:
     def report_path(self) -> Path:
         return self.path / "report.json"
 
+    # Written after the compile and read by no step of it (SPEC §10): the HTML page, evaluate's records.
+    @property
+    def html_report_path(self) -> Path:
+        return self.path / "report.html"
+
+    @property
+    def evaluations_dir(self) -> Path:
+        return self.path / "evaluations"
+
     @property
     def budget_stop_path(self) -> Path:
         """Written when the input rollouts stop at the budget: the compile then finalizes."""

@@ -103,7 +103,7 @@ class EvaluationResult(BaseModel):
 
 
 def evaluations_dir(cdir: CompileDir) -> Path:
-    return cdir.path / "evaluations"
+    return cdir.evaluations_dir
 
 
 def check_request(cdir: CompileDir, verifier: str | None, rollouts: int) -> tuple[CompileRecord, Report, str]:

@@ -54,6 +54,10 @@ def compile_status(ctx: StepContext) -> CompileStatus:
                "iterations": str(cdir.path / "iterations"), "model calls": str(cdir.calls_log)}
     if finalized:
         records.update({"report": str(cdir.report_path), "S_final": str(cdir.final_skill)})
+    # Written after the compile, read by no step: listed so people find them.
+    for what, path in (("report.html", cdir.html_report_path), ("evaluations", cdir.evaluations_dir)):
+        if path.exists():
+            records[what] = str(path)
     return CompileStatus(
         compile_key=cdir.key, task_name=ctx.record.task_name, skill_name=ctx.record.skill_name,
         state="finalized" if finalized else "budget_exhausted" if state.budget_exhausted else "running",

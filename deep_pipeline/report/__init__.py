@@ -20,7 +20,7 @@ HTML_NAME = "report.html"
 
 
 def default_path(cdir: CompileDir) -> Path:
-    return cdir.path / HTML_NAME
+    return cdir.html_report_path
 
 
 def write_html_report(cdir: CompileDir, out: Path | None = None) -> Path:
