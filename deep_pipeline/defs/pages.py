@@ -9,11 +9,10 @@ from urllib.parse import quote, urlencode
 import dagster as dg
 
 from deep_pipeline.core.evidence import quote_context, step_full_text
-from deep_pipeline.core.keys import parse_key
-from deep_pipeline.core.matrix import current_matrix
 from deep_pipeline.core.models import Cell, Comparison, ScoreMatrix, Trace
 from deep_pipeline.engine.compile_dir import CompileDir
-from deep_pipeline.engine.records import EditRecord, MatrixRecord
+from deep_pipeline.engine.iteration_steps import level_matrix_at
+from deep_pipeline.engine.records import EditRecord
 from deep_pipeline.store import read_model
 
 QUOTE_WIDTH = 80  # characters of the step shown each side of a quote
@@ -112,14 +111,8 @@ def cell_page(cell: Cell, traces: TraceLookup) -> str:
 
 def matrix_before(cdir: CompileDir, edit: EditRecord) -> ScoreMatrix | None:
     """The matrix the cell was selected from: the scored one with the level's cells accepted
-    before this iteration (as engine.iteration_steps._matrix_after, stopping before this seq)."""
-    if edit.matrix_key is None:
-        return None
-    _, level, _, index = parse_key(edit.matrix_key)
-    scored = read_model(cdir.matrix_dir(level, index) / "matrix.json", MatrixRecord)
-    accepted = [d.decision for d in cdir.decision_records()
-                if d.decision.level == level and scored.seq < d.seq < edit.seq and d.decision.accepted]
-    return current_matrix(scored.matrix, accepted)
+    before this iteration."""
+    return level_matrix_at(cdir, edit.matrix_key, edit.seq, including=False)
 
 
 def column_table(cells: list[Cell]) -> str:

@@ -259,12 +259,19 @@ def decision_step(it: Iteration, edit: EditRecord, comparison: ComparisonRecord)
 
 def _matrix_after(it: Iteration, edit: EditRecord, record: DecisionRecord) -> ScoreMatrix | None:
     """The matrix the cell came from with the level's accepted cells up to this decision (SPEC §5)."""
-    if edit.matrix_key is None:
+    return level_matrix_at(it.ctx.cdir, edit.matrix_key, record.seq, including=True)
+
+
+def level_matrix_at(cdir, matrix_key: str | None, seq: int, *, including: bool) -> ScoreMatrix | None:
+    """A scored matrix with the level's cells accepted after it and before history position
+    `seq` (or up to it, `including`): the matrix as the policy saw it before or after a decision."""
+    if matrix_key is None:
         return None
-    _, level, _, index = parse_key(edit.matrix_key)
-    scored = read_model(it.ctx.cdir.matrix_dir(level, index) / "matrix.json", MatrixRecord)
-    accepted = [d.decision for d in it.ctx.cdir.decision_records()
-                if d.decision.level == level and scored.seq < d.seq <= record.seq and d.decision.accepted]
+    _, level, _, index = parse_key(matrix_key)
+    scored = read_model(cdir.matrix_dir(level, index) / "matrix.json", MatrixRecord)
+    accepted = [d.decision for d in cdir.decision_records()
+                if d.decision.level == level and scored.seq < d.seq and (d.seq <= seq if including else d.seq < seq)
+                and d.decision.accepted]
     return current_matrix(scored.matrix, accepted)
 
 
