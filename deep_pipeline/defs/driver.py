@@ -11,10 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.definitions.job_base import InMemoryJob
+from dagster._core.execution.api import execute_run
+from dagster._core.execution.execute_in_process import merge_run_tags
 
 from deep_pipeline.defs.launcher import announce_compile, driver_lock, process_tags, release_dead_runs
 from deep_pipeline.defs.step_location import step_defs
-from deep_pipeline.defs.step_runs import job_name, run_tags
+from deep_pipeline.defs.step_runs import driver_tags, job_name, job_origin, run_tags
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.records import Report
@@ -25,10 +28,14 @@ from deep_pipeline.errors import StepError, one_line
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
-def drive(instance: dg.DagsterInstance, root: Path, key: str,
-          progress: Callable[[str], None] | None = None, max_runs: int = 10_000) -> Report:
-    """Run the compile's next job, in this process, until it is finalized (engine.steps.drive)."""
+def drive(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable[[str], None] | None = None,
+          max_runs: int = 10_000, parent: dg.DagsterRun | None = None) -> Report:
+    """Run the compile's next job, in this process, until it is finalized (engine.steps.drive).
+
+    `parent`: the `compile` run driving it; each step's run is tagged with it (else with this CLI process).
+    """
     ctx = StepContext.open(root, key)
+    launched = driver_tags(parent.run_id, parent.tags) if parent else driver_tags()
     note = progress or (lambda line: None)
     repository = step_defs.get_repository_def()
     jobs = repository.get_all_jobs()
@@ -38,9 +45,9 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str,
         if not instance.has_dynamic_partition(step.partition_set, step.partition_key):
             instance.add_dynamic_partitions(step.partition_set, [step.partition_key])
         name = job_name(jobs, step)
-        result = repository.get_job(name).execute_in_process(
-            partition_key=step.partition_key, instance=instance, raise_on_error=False, run_config=QUIET_CONSOLE,
-            tags={**run_tags(key), **process_tags()},  # a kill -9 of this process is noticed by the next driver
+        result = execute_with_origin(
+            repository.get_job(name), step.partition_key, instance,
+            tags={**run_tags(key), **launched, **process_tags()},  # a kill -9 of this process is noticed by the next driver
         )
         if not result.success:
             if _interrupted(result):
@@ -50,6 +57,21 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str,
     with driver_lock(ctx):
         announce_compile(instance, key)  # under the lock: the sensor sees it held and leaves it alone
         return steps.drive(ctx, start_job, progress, max_steps=max_runs)
+
+
+def execute_with_origin(job: dg.JobDefinition, partition_key: str, instance: dg.DagsterInstance, tags: dict[str, str]):
+    """`job.execute_in_process(partition_key=...)`, but the run carries the code location's origin.
+
+    execute_in_process creates its run with no origin (no Runs tab, no Overview timeline);
+    here the run is created as a code server would (instance.create_run_for_job with the
+    origin) and executed in this process, as a run worker executes the run it is handed.
+    """
+    run_config = QUIET_CONSOLE
+    run_tags = merge_run_tags(job_def=job, partition_key=partition_key, tags=tags, asset_selection=None,
+                              instance=instance, run_config=run_config)
+    run = instance.create_run_for_job(job_def=job, run_config=run_config, tags=run_tags,
+                                      remote_job_origin=job_origin(job.name))
+    return execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
 
 
 def _interrupted(result) -> bool:

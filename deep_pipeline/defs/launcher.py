@@ -19,6 +19,7 @@ from typing import Any
 import dagster as dg
 
 from deep_pipeline.defs.step_runs import COMPILE_TAG
+from deep_pipeline.defs.timeline import ends_step, log_timeline
 from deep_pipeline.engine.batch import load_manifest
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine import steps
@@ -183,6 +184,8 @@ def asset_step(context: dg.AssetExecutionContext, ctx: StepContext, first: bool 
     A run the CLI driver started has its tags already; one the daemon launched gets its
     worker's here, so a kill -9 of that worker is noticed by the next sweep too.
     `first` (the compile's first step) also says when the instance lacks our limits.
+    The asset a step ends with then logs the compile's timeline (defs/timeline.py), so
+    the UI shows a running compile after every step.
     """
     if PID_TAG not in context.run.tags:
         context.instance.add_run_tags(context.run.run_id, process_tags())
@@ -191,6 +194,8 @@ def asset_step(context: dg.AssetExecutionContext, ctx: StepContext, first: bool 
         context.log.warning(warning)
     with ctx.step_lock(context.log.warning):
         yield
+        if ends_step(context):  # under the lock: read as this step left the records
+            log_timeline(context, ctx)
 
 
 def register_batch(instance: dg.DagsterInstance, root: Path, manifest_path: Path) -> list[tuple[str, bool]]:

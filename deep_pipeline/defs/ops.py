@@ -48,7 +48,7 @@ def compile_op(context: dg.OpExecutionContext, config: CompileRequest, store: Co
     # This run drives the compile: a kill -9 of its process is noticed by the next driver too.
     context.instance.add_run_tags(context.run_id, process_tags())
     record = _register(context, config, store, defaults, announce=False)
-    report = drive(context.instance, store.root_path(), record.key, progress=context.log.info)
+    report = drive(context.instance, store.root_path(), record.key, progress=context.log.info, parent=context.run)
     context.log.info(f"{record.key}: {report.status}; S_final at {report.final_skill_dir}")
     return record.key
 

@@ -18,6 +18,7 @@ from deep_pipeline.defs.assets.iteration import (
 )
 from deep_pipeline.defs.assets.matrix import build_matrix_assets
 from deep_pipeline.defs.assets.output import compile_report, final_skill
+from deep_pipeline.defs.assets.timeline import compile_timeline
 from deep_pipeline.defs.checks import (
     candidate_keeps_structure,
     final_differs_only_in_skill_md,
@@ -40,6 +41,7 @@ step_defs = dg.Definitions(
         decision,
         final_skill,
         compile_report,
+        compile_timeline,
         evaluation,
     ],
     asset_checks=[candidate_keeps_structure, final_differs_only_in_skill_md, report_matches_decisions],

@@ -7,12 +7,26 @@ every run of a step says in its tags which compile and which kind of step it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import getpass
+import os
+import socket
+from collections.abc import Iterable, Mapping
+
+from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from deep_pipeline.engine.steps import Step
 
 COMPILE_TAG = "deep/compile"
 STEP_TAG = "deep/step"
+# Who started a step's run when no sensor did: `cli:<user>@<host>:<pid>` or `run:<compile run id>`;
+# the `compile` run a nested run belongs to (the UI filters the runs list by a clicked tag).
+DRIVER_TAG, PARENT_RUN_TAG = "deep/driver", "deep/parent_run"
+USER_TAG = "user"  # Dagster's own "launched by" tag (the runs list's Launched by column)
+
+# The code location the runs belong to: its name as `dagster-webserver -m deep_pipeline.definitions`,
+# `dagster dev` and our workspace.yaml load it, and the name Dagster gives a Definitions' repository.
+LOCATION_NAME, REPOSITORY_NAME = "deep_pipeline.definitions", "__repository__"
 
 
 def job_name(jobs: Iterable, step: Step) -> str:
@@ -25,3 +39,26 @@ def job_name(jobs: Iterable, step: Step) -> str:
 
 def run_tags(compile_key: str) -> dict[str, str]:
     return {COMPILE_TAG: compile_key}
+
+
+def job_origin(name: str) -> RemoteJobOrigin:
+    """The origin a run of the job `name` would have if the code location's server had made it.
+
+    The UI reads it (and the `.dagster/repository` tag Dagster derives from it) to list a
+    run under its job's Runs tab and on the Overview timeline; without a code server we
+    name the same location ourselves. Only the label (repository@location) is read back.
+    """
+    target = LoadableTargetOrigin(module_name=LOCATION_NAME, working_directory=os.getcwd())
+    location = InProcessCodeLocationOrigin(loadable_target_origin=target, location_name=LOCATION_NAME)
+    return RemoteJobOrigin(repository_origin=RemoteRepositoryOrigin(location, REPOSITORY_NAME), job_name=name)
+
+
+def driver_tags(parent_run_id: str | None = None, parent_tags: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Who started a run a driver executes: the `compile` run it is nested in, or this CLI process."""
+    if parent_run_id is not None:
+        tags = {DRIVER_TAG: f"run:{parent_run_id}", PARENT_RUN_TAG: parent_run_id}
+        if (user := (parent_tags or {}).get(USER_TAG)):
+            tags[USER_TAG] = user  # launched by whoever launched the `compile` run
+        return tags
+    user = getpass.getuser()
+    return {DRIVER_TAG: f"cli:{user}@{socket.gethostname()}:{os.getpid()}", USER_TAG: user}

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from deep_pipeline.core.models import LevelSummary
+from deep_pipeline.core.models import Decision, LevelSummary
 from deep_pipeline.core.actions import Done, action_label
-from deep_pipeline.core.keys import iteration_label
+from deep_pipeline.core.keys import batch_name, iteration_key, iteration_label, matrix_key
 from deep_pipeline.engine.context import StepContext
+from deep_pipeline.core.history import History
 from deep_pipeline.llm.accounting import Usage
 
 
@@ -88,3 +89,81 @@ def format_status(status: CompileStatus) -> str:
     lines += ["", f"model calls: {usage.calls}, {usage.prompt_tokens + usage.completion_tokens} tokens, {cost}"]
     lines += [f"{what + ':':<12} {path}" for what, path in status.records.items()]
     return "\n".join(lines)
+
+
+class TimelineRow(BaseModel):
+    """One step of a compile as the live timeline shows it (issue 11 point 4)."""
+
+    number: int  # 1-based, in the order the steps ended
+    kind: str  # "inputs", "matrix", "iteration" or "finalize"
+    partition: str  # the step's partition key (a compile, matrix or iteration key)
+    level: str | None = None
+    coordinate: str | None = None
+    accepted: bool | None = None
+    incumbent_score: float | None = None
+    candidate_score: float | None = None
+    delta: float | None = None
+    reason: str = ""
+    ended_at: float | None = None  # the step's record's mtime (epoch seconds)
+    calls: int = 0
+    cost_usd: float | None = 0.0  # None: a call's cost is unknown
+
+
+def _ended(path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _call_step(step_key: str, compile_key: str, batches: dict[str, str]) -> str | None:
+    """The step a call was made for: its key names the matrix or iteration, or its rollout batch."""
+    parts = step_key.split("/")
+    if parts[0] == compile_key and len(parts) >= 3:
+        return "/".join(parts[:3])
+    if parts[0] == "rollout" and len(parts) >= 2:
+        return batches.get(parts[1])
+    return None
+
+
+def timeline_rows(ctx: StepContext, history: History | None = None) -> list[TimelineRow]:
+    """Every step the compile has finished, from its records: the history the policy reads
+    (pass it when the caller has it), one stat per step for its time, and the calls log once
+    (never a trace)."""
+    cdir = ctx.cdir
+    history = history or ctx.look().history
+    key = cdir.key
+    rows: list[TimelineRow] = []
+    batches = {"input": key}  # rollout batch -> the step that rolled it out
+    if cdir.has_batch("input"):
+        record = cdir.batch("input")
+        rows.append(TimelineRow(number=0, kind="inputs", partition=key, reason=f"{len(record.trace_ids)} traces "
+                                f"({record.source})", ended_at=_ended(cdir.batch_dir("input") / "batch.json")))
+    for event in history.events:
+        if isinstance(event, Decision):
+            part = iteration_key(key, event.level, event.index)
+            batches[batch_name(event.level, event.index)] = part
+            rows.append(TimelineRow(
+                number=0, kind="iteration", partition=part, level=event.level, coordinate=str(event.coordinate),
+                accepted=event.accepted, incumbent_score=event.incumbent_score, candidate_score=event.candidate_score,
+                delta=event.delta, reason=event.reason,
+                ended_at=_ended(cdir.iteration_dir(event.level, event.index) / "decision.json")))
+        else:
+            where = f" in {event.section_id}" if event.section_id else ""
+            rows.append(TimelineRow(
+                number=0, kind="matrix", partition=matrix_key(key, event.level, event.index), level=event.level,
+                reason=f"{'start' if event.index == 0 else 'refresh'}{where}: {len(event.units)} units",
+                ended_at=_ended(cdir.matrix_dir(event.level, event.index) / "matrix.json")))
+    if cdir.report_path.is_file():
+        rows.append(TimelineRow(number=0, kind="finalize", partition=key, reason="S_final and the report written",
+                                ended_at=_ended(cdir.report_path)))
+    by_partition = {(r.kind != "finalize", r.partition): r for r in rows}
+    for call in cdir.calls():
+        step = _call_step(call.step_key, key, batches)
+        row = by_partition.get((True, step)) if step else None
+        if row is not None:
+            row.calls += 1
+            row.cost_usd = None if row.cost_usd is None or call.cost_usd is None else row.cost_usd + call.cost_usd
+    for n, row in enumerate(rows, start=1):
+        row.number = n
+    return rows

@@ -1,0 +1,92 @@
+"""The live compile timeline (issue 11 point 4): one row per finished step, shown in the UI
+while the compile runs.
+
+Each step's last asset reports a materialization of `compile_timeline` (an external asset,
+defs/assets/timeline.py) for the compile's partition: it needs no run of its own, so the
+partition reads "Materialized" with the current table after every step, not only at
+finalize (an observation left the partition "Missing" in the partition list). Built from the records on
+disk (engine.status.timeline_rows): nothing here writes a record.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import dagster as dg
+
+from deep_pipeline.core.actions import Done, action_label
+from deep_pipeline.defs.pages import asset_url, table_text
+from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.status import TimelineRow, timeline_rows
+
+TIMELINE_ASSET = "compile_timeline"
+# The asset that ends each kind of step: the timeline is logged once per step, after it
+# (the matrix step's columns are one multi_asset before level_matrix: no row of their own).
+STEP_ENDS = {"inputs": "input_traces", "matrix": "level_matrix", "iteration": "decision", "finalize": "compile_report"}
+
+HEADER = ["| # | step | level | coordinate | outcome | incumbent → candidate | delta | reason | ended (UTC) | calls | cost |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def _num(value: float | None, fmt: str = "g") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _step_link(row: TimelineRow) -> str:
+    name = STEP_ENDS[row.kind]
+    label = row.partition.split("/", 1)[1] if "/" in row.partition else row.partition
+    return f"[{row.kind} {table_text(label)}]({asset_url([name], row.partition)})"
+
+
+def timeline_table(rows: list[TimelineRow]) -> str:
+    """The markdown table: each step's outcome, scores, time and spend, linked to its partition."""
+    if not rows:
+        return "(no step has finished yet)"
+    lines = list(HEADER)
+    for r in rows:
+        outcome = "-" if r.accepted is None else "accepted" if r.accepted else "rejected"
+        scores = (f"{_num(r.incumbent_score)} → {_num(r.candidate_score)}"
+                  if r.incumbent_score is not None or r.candidate_score is not None else "-")
+        ended = datetime.fromtimestamp(r.ended_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if r.ended_at else "-"
+        cost = "unknown" if r.cost_usd is None else f"${r.cost_usd:.4f}"
+        lines.append(f"| {r.number} | {_step_link(r)} | {r.level or '-'} | {table_text(r.coordinate or '-')} | {outcome} "
+                     f"| {scores} | {_num(r.delta, '+g')} | {table_text(r.reason) or '-'} | {ended} | {r.calls} | {cost} |")
+    return "\n".join(lines)
+
+
+def timeline_event(ctx: StepContext) -> dg.AssetMaterialization:
+    """The compile's timeline as it stands now, with where it goes next."""
+    outlook = ctx.look()
+    rows = timeline_rows(ctx, outlook.history)
+    finalized = isinstance(outlook.action, Done)
+    state = "finalized" if finalized else "budget_exhausted" if outlook.state.budget_exhausted else "running"
+    costs = [r.cost_usd for r in rows]
+    decided = [r for r in rows if r.accepted is not None]
+    last = rows[-1] if rows else None
+    return dg.AssetMaterialization(
+        asset_key=TIMELINE_ASSET,
+        partition=ctx.cdir.key,
+        metadata={
+            "timeline": dg.MetadataValue.md(timeline_table(rows)),
+            "state": dg.MetadataValue.text(state),
+            "next_step": dg.MetadataValue.text("-" if finalized else action_label(outlook.action)),
+            "last_step": dg.MetadataValue.text(f"{last.kind} {last.partition}" if last else "-"),
+            "steps": dg.MetadataValue.int(len(rows)),
+            "iterations": dg.MetadataValue.int(len(decided)),
+            "accepted": dg.MetadataValue.int(sum(bool(r.accepted) for r in decided)),
+            # The compile's totals so far, named apart: summing `model_calls` over a compile's
+            # assets gives its calls once (README "Usage adds up").
+            "compile_model_calls": dg.MetadataValue.int(sum(r.calls for r in rows)),
+            "compile_cost_usd": dg.MetadataValue.float(sum(costs)) if None not in costs else dg.MetadataValue.text("unknown"),
+        },
+    )
+
+
+def ends_step(context: dg.AssetExecutionContext) -> bool:
+    """Whether this op materializes the asset a step ends with (so logs the step's row)."""
+    names = {key.to_user_string() for key in context.assets_def.keys}
+    return bool(names & set(STEP_ENDS.values()))
+
+
+def log_timeline(context: dg.AssetExecutionContext, ctx: StepContext) -> None:
+    context.log_event(timeline_event(ctx))
