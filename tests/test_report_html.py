@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.engine.steps import drive, run_step
 from deep_pipeline.report import gather, render, write_html_report
 from deep_pipeline.store import read_model
+from tests.browser import chromium, chromium_binary
 from tests.compile_world import CONFIG, MARK, World, install_world, make_inputs
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "report_html"
@@ -216,21 +216,6 @@ def test_a_trace_quote_holding_a_script_is_escaped(descended):
 
 
 # -- in a real browser -------------------------------------------------------------------
-def chromium_binary() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        pytest.skip("chromium not found: install Debian's package with `apt-get update && apt-get install -y "
-                    "chromium` (.ci/run does this before the tests)")
-    return found
-
-
-def chromium(binary: str, profile: Path, *args: str, url: str) -> subprocess.CompletedProcess:
-    # An own profile folder: another Chromium on the machine (a test, a person) is left alone.
-    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
-           *args, url]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
-
-
 def test_chromium_renders_the_page(descended, tmp_path):
     binary = chromium_binary()
     page = write_html_report(descended, tmp_path / "report.html")

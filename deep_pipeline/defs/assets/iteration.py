@@ -1,10 +1,11 @@
 """[iteration] candidate_edit -> candidate_package -> candidate_rollouts -> comparison -> decision.
 
 All five materialize on every iteration, short-circuited ones included (their metadata
-says `skipped: ...`), so `decision` always exists. Dagster cannot map between two
-dynamic partition sets, so the links to the matrix selected from (recorded in edit.json),
-the incumbent's traces and the compile are metadata (keys, paths, sha256, and on `decision`
-relative UI URLs, defs/pages.py), not dependencies.
+says `skipped: ...`), so `decision` always exists. Dagster cannot map one dynamic
+partition set onto another: `candidate_edit`'s edge from `level_matrix` (partitions.across_sets)
+draws the lineage and loads nothing, and which matrix an iteration selected from (recorded in
+edit.json), the incumbent's traces and the compile are metadata (keys, paths, sha256, and on
+`decision` relative UI URLs, defs/pages.py).
 """
 
 
@@ -15,7 +16,7 @@ from deep_pipeline.core.matrix import matrix_markdown
 from deep_pipeline.defs.launcher import asset_step
 from deep_pipeline.defs.metadata import agent_usage_meta, calls_table, file_ref, skill_use_meta, unit_diff, usage_meta
 from deep_pipeline.defs.pages import TraceLookup, cell_page, decision_links, evidence_table, matrix_before, scores_table
-from deep_pipeline.defs.partitions import iterations_partitions
+from deep_pipeline.defs.partitions import across_sets, iterations_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine import iteration_steps as steps
 from deep_pipeline.engine.records import (
@@ -44,7 +45,8 @@ def _skipped(reason: str | None) -> dict:
     return {"skipped": dg.MetadataValue.text(reason.replace("_", " ") if reason else "no")}
 
 
-@dg.asset(**COMMON, pool="llm", description="The editor's local edit of the selected unit, validated (SPEC §4, §6.1-2).")
+@dg.asset(**COMMON, pool="llm", deps=[across_sets("level_matrix")],
+          description="The editor's local edit of the selected unit, validated (SPEC §4, §6.1-2).")
 def candidate_edit(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
     it = _iteration(store, context.partition_key)
     with asset_step(context, it.ctx):

@@ -16,7 +16,7 @@ from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.launcher import asset_step
 from deep_pipeline.defs.metadata import file_ref, matrix_meta, usage_meta
 from deep_pipeline.defs.pages import column_table
-from deep_pipeline.defs.partitions import matrices_partitions
+from deep_pipeline.defs.partitions import across_sets, matrices_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.matrix_steps import MatrixStep, assemble_matrix, score_columns
 
@@ -39,6 +39,7 @@ def build_matrix_assets(dimensions: Sequence[Dimension]) -> list[dg.AssetsDefini
             kinds={"python"},
             description=f"Matrix column `{dim.name}`: {dim.description} One judge call scores every unit.",
             skippable=True,  # a budget stop leaves later columns unscored
+            deps=[across_sets("input_traces")],
         )
         for dim in dimensions
     ]

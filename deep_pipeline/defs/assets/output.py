@@ -5,7 +5,7 @@ import dagster as dg
 from deep_pipeline.core.keys import iteration_label
 from deep_pipeline.defs.launcher import asset_step
 from deep_pipeline.defs.metadata import file_ref, text_diff, usage_meta
-from deep_pipeline.defs.partitions import compiles_partitions
+from deep_pipeline.defs.partitions import across_sets, compiles_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.io_steps import final_skill_step, report_step
 from deep_pipeline.report import write_html_report
@@ -13,7 +13,7 @@ from deep_pipeline.report import write_html_report
 COMMON = dict(partitions_def=compiles_partitions, group_name="output", kinds={"python"})
 
 
-@dg.asset(**COMMON, description="S_final: the final package; every file but SKILL.md byte-identical to S_fast.")
+@dg.asset(**COMMON, deps=[across_sets("decision")], description="S_final: the final package; every file but SKILL.md byte-identical to S_fast.")
 def final_skill(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
     ctx = store.context(context.partition_key)
     with asset_step(context, ctx):
