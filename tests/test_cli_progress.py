@@ -1,4 +1,4 @@
-"""The progress lines of `deep-pipeline compile`: each reports its own step's calls."""
+"""The progress lines of `deep-pipeline compile`: each reports its own step's calls; a terminal also gets live lines."""
 
 from __future__ import annotations
 
@@ -52,3 +52,35 @@ def test_inputs_whose_rollouts_all_failed_say_so(tmp_path, monkeypatch, capsys, 
                              section_iterations=1)
     assert lines[0].startswith("inputs ") and "all 2 of 2 rollouts failed (agent_error)" in lines[0]
     assert " done " not in lines[0]
+
+
+def test_live_lines_reach_a_terminal_only(tmp_path, monkeypatch, scripted_llm):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
+    scripted_llm.always("agent", "- shipped the parser")
+    outputs = {}
+    for name, stream in (("terminal", Terminal()), ("pipe", io.StringIO())):
+        monkeypatch.setattr(sys, "stdout", stream)
+        lines, _ = compile_lines_to(tmp_path / name, monkeypatch, runner="chat", section_iterations=1)
+        outputs[name] = stream.getvalue()
+    assert "input: rollout 1 of 2 done" in outputs["terminal"] and "input: rollout 2 of 2 done" in outputs["terminal"]
+    assert "/section/m00: column clarity scored" in outputs["terminal"] and "(5 of 5)" in outputs["terminal"]
+    assert "section-i00: rollout 2 of 2 done" in outputs["terminal"]
+    assert "\r\x1b[K" in outputs["terminal"]  # each live line is overwritten by the next
+    assert "rollout 1 of 2" not in outputs["pipe"] and "\x1b" not in outputs["pipe"]
+
+
+def compile_lines_to(tmp_path, monkeypatch, **extra):
+    home = tmp_path / "home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
+    skill, bundle = make_inputs(tmp_path)
+    config = tmp_path / "compile.yaml"
+    config.write_text(yaml.safe_dump({**CONFIG, **extra}))
+    assert main(["compile", str(skill), "--task", str(bundle), "--config", str(config)]) == 0
+    return None, home

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -135,7 +137,8 @@ def _resume(args: argparse.Namespace) -> int:
 def _drive(args, instance, root: Path, key: str) -> int:
     from deep_pipeline.defs.driver import drive
 
-    report = drive(instance, root, key, progress=None if args.quiet else (lambda line: _say(args, line)))
+    with _live_lines(args):
+        report = drive(instance, root, key, progress=None if args.quiet else (lambda line: _say(args, line)))
     cost = f"${report.usage_total.cost_usd:.4f}" if report.usage_total.cost_usd is not None else "unknown cost"
     stops = ", ".join(f"{lv.level}: {lv.stop_reason}" for lv in report.levels)
     print(f"{key}: {report.status} ({stops}); {len(report.decisions)} iterations, "
@@ -175,4 +178,31 @@ def _status(args: argparse.Namespace) -> int:
 
 def _say(args, line: str) -> None:
     if not getattr(args, "quiet", False):
-        print(line, file=sys.stdout, flush=True)
+        # On a terminal a live line may stand there unfinished: overwrite it.
+        print(("\r\x1b[K" if sys.stdout.isatty() else "") + line, file=sys.stdout, flush=True)
+
+
+class _LiveLine(logging.Handler):
+    """engine.live on a terminal: one line, overwritten as each rollout ends or column is scored."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stdout.write("\r\x1b[K  " + self.format(record))
+        sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _live_lines(args):
+    """Live progress within a step, only on a terminal (a log or a pipe gets the step lines only)."""
+    from deep_pipeline.engine.live import LIVE
+
+    if getattr(args, "quiet", False) or not sys.stdout.isatty():
+        yield
+        return
+    handler, level = _LiveLine(), LIVE.level
+    LIVE.addHandler(handler)
+    LIVE.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        LIVE.removeHandler(handler)
+        LIVE.setLevel(level)

@@ -9,6 +9,7 @@ from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Decision, Trace
 from deep_pipeline.core.skill_use import IterationSkillUse, share
 from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.live import LIVE
 from deep_pipeline.engine.records import CompileRecord, Report, RolloutsRecord, TraceBatchRecord
 from deep_pipeline.errors import StepError, one_line
 from deep_pipeline.store import (
@@ -74,6 +75,11 @@ def roll_out(ctx: StepContext, package_dir, skill_sha256: str, batch: str) -> li
     def store(index: int, trace: Trace) -> None:
         if trace.error_category not in MACHINE_FAULT_CATEGORIES:
             atomic_write_json(folder / f"{trace.trace_id}.json", trace)
+        ended.append(index)
+        outcome = trace.error_category or "done"
+        LIVE.info("%s: rollout %d of %d %s", batch, len(ended), record.config.rollouts, outcome)
+
+    ended: list[int] = list(done)
 
     task = RolloutTask(prompt=ctx.task_prompt, task_dir=record.task_dir, skill_name=record.skill_name)
     traces = ctx.services.runner.run_batch(

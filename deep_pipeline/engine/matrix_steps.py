@@ -13,6 +13,7 @@ from deep_pipeline.core.actions import ScoreLevel
 from deep_pipeline.core.units import cut_units
 from deep_pipeline.llm.accounting import usage_of_calls
 from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.live import LIVE
 from deep_pipeline.engine.records import ColumnRecord, MatrixRecord
 from deep_pipeline.llm.accounting import Usage
 from deep_pipeline.store import atomic_write_json, read_model, sha256_text
@@ -105,11 +106,13 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
     # The client's limiter keeps the compile's calls in flight under its cap.
     with ThreadPoolExecutor(max_workers=ctx.config.parallel) as pool:
         futures = [pool.submit(score, dim) for dim in todo]
-        for future in as_completed(futures):
+        for number, future in enumerate(as_completed(futures), start=1):
             try:
-                yield future.result()
+                column = future.result()
             except BudgetExhausted:
                 continue  # the matrix is recorded as stopped at the budget
+            LIVE.info("%s: column %s scored (%d of %d)", step.key, column.dimension, number, len(todo))
+            yield column
 
 
 def assemble_matrix(step: MatrixStep) -> MatrixRecord:
