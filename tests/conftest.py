@@ -30,3 +30,12 @@ def fast_backoff(monkeypatch):
     """Transient model failures resent after about a millisecond instead of 1, 2, 4, 8 s, for
     tests that fail calls on purpose through a whole compile (its clients are made inside)."""
     monkeypatch.setattr("deep_pipeline.llm.client.BACKOFF_S", 0.001)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A test's own DAGSTER_HOME (`<tmp>/home`, created) and compile store (`<tmp>/store`)."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
+    (tmp_path / "home").mkdir()
+    return tmp_path

@@ -22,14 +22,6 @@ from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 
 
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
-    (tmp_path / "home").mkdir()
-    return tmp_path
-
-
 def decisions_of(report):
     return [(d.level, d.index, str(d.coordinate), d.reason) for d in report.decisions]
 

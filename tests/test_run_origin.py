@@ -11,7 +11,6 @@ from __future__ import annotations
 import getpass
 
 import dagster as dg
-import pytest
 
 from deep_pipeline.defs.driver import drive
 from deep_pipeline.defs.launcher import register_with_overrides
@@ -21,14 +20,6 @@ from tests.compile_world import CONFIG, World, install_world, make_inputs
 REPOSITORY_LABEL = "__repository__@deep_pipeline.definitions"
 DRIVER_TAG, PARENT_RUN_TAG = "deep/driver", "deep/parent_run"
 STEP_JOBS = {"prepare_inputs", "score_matrix", "run_iteration", "finalize"}
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
-    (tmp_path / "home").mkdir()
-    return tmp_path
 
 
 def runs_tab(instance, job: str) -> list[dg.DagsterRun]:

@@ -4,20 +4,11 @@ Dagster, the latest `compile_timeline` materialization of its partition has one 
 from __future__ import annotations
 
 import dagster as dg
-import pytest
 
 from deep_pipeline.defs.driver import drive
 from deep_pipeline.defs.launcher import register_with_overrides
 from deep_pipeline.engine import steps
 from tests.compile_world import CONFIG, World, install_world, make_inputs
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
-    (tmp_path / "home").mkdir()
-    return tmp_path
 
 
 def observations(instance, key: str) -> list[dg.AssetMaterialization]:
