@@ -27,6 +27,15 @@ QUOTE = "shipped the parser"
 AGENT_STEP = re.compile(r"\[(\S+) step (\d+)\] agent: ")
 
 
+def install_citing_world(llm) -> None:
+    """Two open cells, one edit the judge prefers, a judge that cites real quotes, a chat agent."""
+    world = World(low={("s01-when-to-use", "clarity"): 2, ("s03-output", "concision"): 2},
+                  compare={("s03-output", "concision"): (3, 3)})
+    install_world(llm, world)
+    llm.always("judge", citing_judge(world))
+    llm.always("agent", ANSWER)
+
+
 def citing_judge(world: World):
     """The world's judge, citing the first agent step it is shown (per side in a comparison)."""
 
@@ -56,11 +65,7 @@ def compiled(tmp_path_factory):
         mp.setenv("DAGSTER_HOME", str(tmp / "home"))
         mp.setenv("DEEP_PIPELINE_STORE", str(tmp / "store"))
         (tmp / "home").mkdir()
-        world = World(low={("s01-when-to-use", "clarity"): 2, ("s03-output", "concision"): 2},
-                      compare={("s03-output", "concision"): (3, 3)})
-        install_world(llm, world)
-        llm.always("judge", citing_judge(world))
-        llm.always("agent", ANSWER)
+        install_citing_world(llm)
         skill, bundle = make_inputs(tmp)
         instance = dg.DagsterInstance.ephemeral()
         record, _ = register_with_overrides(instance, tmp / "store", skill, bundle,

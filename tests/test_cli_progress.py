@@ -18,13 +18,7 @@ TAIL = re.compile(r"\[(\d+) calls(?:, (\d+) from the cache)?, (\d+) tokens, (\$[
 
 
 def compile_lines(tmp_path, monkeypatch, capsys, **extra) -> tuple[list[str], Path]:
-    home = tmp_path / "home"
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
-    skill, bundle = make_inputs(tmp_path)
-    config = tmp_path / "compile.yaml"
-    config.write_text(yaml.safe_dump({**CONFIG, **extra}))
-    assert main(["compile", str(skill), "--task", str(bundle), "--config", str(config)]) == 0
+    home = compile_lines_to(tmp_path, monkeypatch, **extra)
     lines = [line for line in capsys.readouterr().out.splitlines() if TAIL.search(line)]
     (folder,) = (home / "compiles").iterdir()
     return lines, folder
@@ -66,7 +60,7 @@ def test_live_lines_reach_a_terminal_only(tmp_path, monkeypatch, scripted_llm):
     outputs = {}
     for name, stream in (("terminal", Terminal()), ("pipe", io.StringIO())):
         monkeypatch.setattr(sys, "stdout", stream)
-        lines, _ = compile_lines_to(tmp_path / name, monkeypatch, runner="chat", section_iterations=1)
+        compile_lines_to(tmp_path / name, monkeypatch, runner="chat", section_iterations=1)
         outputs[name] = stream.getvalue()
     assert "input: rollout 1 of 2 done" in outputs["terminal"] and "input: rollout 2 of 2 done" in outputs["terminal"]
     assert "/section/m00: column clarity scored" in outputs["terminal"] and "(5 of 5)" in outputs["terminal"]
@@ -75,7 +69,8 @@ def test_live_lines_reach_a_terminal_only(tmp_path, monkeypatch, scripted_llm):
     assert "rollout 1 of 2" not in outputs["pipe"] and "\x1b" not in outputs["pipe"]
 
 
-def compile_lines_to(tmp_path, monkeypatch, **extra):
+def compile_lines_to(tmp_path, monkeypatch, **extra) -> Path:
+    """One compile through the CLI in its own home; the home, for the caller to read."""
     home = tmp_path / "home"
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
@@ -83,4 +78,4 @@ def compile_lines_to(tmp_path, monkeypatch, **extra):
     config = tmp_path / "compile.yaml"
     config.write_text(yaml.safe_dump({**CONFIG, **extra}))
     assert main(["compile", str(skill), "--task", str(bundle), "--config", str(config)]) == 0
-    return None, home
+    return home

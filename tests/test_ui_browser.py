@@ -41,8 +41,8 @@ from tests.browser import (
     stop_group,
     wait_until,
 )
-from tests.compile_world import CONFIG, World, install_world, make_inputs
-from tests.test_asset_pages import ANSWER, QUOTE, citing_judge
+from tests.compile_world import CONFIG, make_inputs
+from tests.test_asset_pages import QUOTE, install_citing_world
 
 SHOTS = ARTIFACTS / "ui"
 PIPELINE = [("input_traces", "matrix/clarity"), ("matrix/clarity", "level_matrix"), ("level_matrix", "candidate_edit"),
@@ -87,11 +87,7 @@ def compile_on_disk(tmp: Path, home: Path, store: Path) -> tuple[CompileDir, str
 
     llm = install()
     try:
-        world = World(low={("s01-when-to-use", "clarity"): 2, ("s03-output", "concision"): 2},
-                      compare={("s03-output", "concision"): (3, 3)})
-        install_world(llm, world)
-        llm.always("judge", citing_judge(world))
-        llm.always("agent", ANSWER)
+        install_citing_world(llm)
         skill, bundle = make_inputs(tmp)
         with dg.DagsterInstance.from_config(str(home)) as instance:
             record, _ = register_with_overrides(instance, store, skill, bundle,
