@@ -9,17 +9,25 @@ Fixtures every test module may use are defined here, once, rather than imported 
 name into each module (which linters read as an unused import).
 """
 
+import os
+
 import deep_pipeline.definitions  # noqa: F401  (first: see above)
 
 import pytest
 
+# Model workers the tests' runs start (each test has its own home) give their memory back
+# soon after the test rather than after ten idle minutes.
+os.environ.setdefault("DEEP_PIPELINE_MODEL_WORKER_IDLE_S", "15")
+
 
 @pytest.fixture
-def scripted_llm():
+def scripted_llm(monkeypatch):
     """A fresh scripted litellm provider for one test (tests/scripted_llm.py), unregistered afterwards."""
     # Imported here, not above: it loads litellm (seconds), which tests without a model skip.
     from tests.scripted_llm import install, uninstall
 
+    # The provider lives in this process: no send may go to a model worker (llm/transport.py).
+    monkeypatch.setenv("DEEP_PIPELINE_MODEL_WORKER", "0")
     provider = install()
     yield provider
     uninstall(provider)

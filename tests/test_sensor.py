@@ -139,6 +139,7 @@ def test_a_compile_locked_by_a_driver_is_retried_on_later_ticks(setup):
 
 def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup):
     import subprocess
+    import uuid
 
     from dagster._core.test_utils import create_run_for_test, instance_for_test
 
@@ -148,16 +149,25 @@ def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup):
     make(World())
     gone = subprocess.Popen(["true"])
     gone.wait()  # its pid names no process now
-    dead_tags = {**process_tags(), "deep/pid": str(gone.pid), "deep/compile": "c"}
+
+    def dead_tags(run_id: str) -> dict:
+        return {**process_tags(run_id), "deep/pid": str(gone.pid), "deep/compile": "c"}
+
+    dead_id, alive_id, retry_id = (str(uuid.uuid4()) for _ in range(3))
     with instance_for_test() as instance:
-        dead = create_run_for_test(instance, job_name="score_matrix", status=dg.DagsterRunStatus.STARTED, tags=dead_tags)
-        alive = create_run_for_test(instance, job_name="score_matrix", status=dg.DagsterRunStatus.STARTED,
-                                    tags={**process_tags(), "deep/compile": "d"})  # this process: running
-        instance.event_log_storage.set_concurrency_slots("llm", 2)
-        for run in (dead, alive):
+        dead = create_run_for_test(instance, job_name="score_matrix", run_id=dead_id,
+                                   status=dg.DagsterRunStatus.STARTED, tags=dead_tags(dead_id))
+        alive = create_run_for_test(instance, job_name="score_matrix", run_id=alive_id, status=dg.DagsterRunStatus.STARTED,
+                                    tags={**process_tags(alive_id), "deep/compile": "d"})  # this process: running
+        # Dagster's run retry copies the parent's tags: the dead pid is the parent's claim, not the retry's.
+        retry = create_run_for_test(instance, job_name="score_matrix", run_id=retry_id,
+                                    status=dg.DagsterRunStatus.STARTED, tags=dead_tags(dead_id))
+        instance.event_log_storage.set_concurrency_slots("llm", 3)
+        for run in (dead, alive, retry):
             assert instance.event_log_storage.claim_concurrency_slot("llm", run.run_id, "matrix_columns").is_claimed
         tick(instance, tmp / "store")
         assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
         assert instance.get_run_by_id(alive.run_id).status == dg.DagsterRunStatus.STARTED
+        assert instance.get_run_by_id(retry.run_id).status == dg.DagsterRunStatus.STARTED
         claimed = instance.event_log_storage.get_concurrency_info("llm").claimed_slots
-        assert [slot.run_id for slot in claimed] == [alive.run_id]
+        assert sorted(slot.run_id for slot in claimed) == sorted([alive.run_id, retry.run_id])

@@ -14,6 +14,7 @@ import dagster as dg
 from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.execution.api import execute_run
 from dagster._core.execution.execute_in_process import merge_run_tags
+from dagster._core.utils import make_new_run_id
 
 from deep_pipeline.defs.launcher import announce_compile, driver_lock, process_tags, release_dead_runs
 from deep_pipeline.defs.step_location import step_defs
@@ -47,7 +48,7 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable
         name = job_name(jobs, step)
         result = execute_with_origin(
             repository.get_job(name), step.partition_key, instance,
-            tags={**run_tags(key), **launched, **process_tags()},  # a kill -9 of this process is noticed by the next driver
+            tags={**run_tags(key), **launched},
         )
         if not result.success:
             if _interrupted(result):
@@ -67,9 +68,11 @@ def execute_with_origin(job: dg.JobDefinition, partition_key: str, instance: dg.
     origin) and executed in this process, as a run worker executes the run it is handed.
     """
     run_config = QUIET_CONSOLE
+    run_id = make_new_run_id()
+    tags = {**tags, **process_tags(run_id)}  # a kill -9 of this process is noticed by the next driver
     run_tags = merge_run_tags(job_def=job, partition_key=partition_key, tags=tags, asset_selection=None,
                               instance=instance, run_config=run_config)
-    run = instance.create_run_for_job(job_def=job, run_config=run_config, tags=run_tags,
+    run = instance.create_run_for_job(job_def=job, run_id=run_id, run_config=run_config, tags=run_tags,
                                       remote_job_origin=job_origin(job.name))
     return execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
 

@@ -12,7 +12,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ LLM_POOL = "llm"
 
 
 def register_with_overrides(instance: dg.DagsterInstance, root: Path, skill_dir: Path, bundle: Path, overrides: dict[str, Any],
-             origin: str = "config", announce: bool = True) -> tuple[CompileRecord, bool]:
+             origin: str = "config", announce: bool = True, transport=None) -> tuple[CompileRecord, bool]:
     """Register a compile from the deployment's settings and these overrides. Returns (record, newly created).
 
     `announce` adds its `compiles` partition, which hands it to the loop sensor; a driver
@@ -40,7 +40,7 @@ def register_with_overrides(instance: dg.DagsterInstance, root: Path, skill_dir:
     """
     config = effective_config(load_deployment(), overrides, origin)
     existed = {p.name for p in Path(root).iterdir()} if Path(root).is_dir() else set()
-    record = register_compile(root, skill_dir, bundle, config)
+    record = register_compile(root, skill_dir, bundle, config, transport)
     if announce:
         announce_compile(instance, record.key)
     return record, record.key not in existed
@@ -89,9 +89,12 @@ def driven_elsewhere(ctx: StepContext) -> bool:
 
 
 # Who runs a run: the pid, its start time (/proc/PID/stat field 22, so a reused pid is
-# another process) and the host. A run whose process is gone holds its pool slots for
-# good (Dagster does not notice a kill -9 of an in-process run), so the next step frees them.
-PID_TAG, START_TAG, HOST_TAG = "deep/pid", "deep/pid_start", "deep/host"
+# another process), the host, and the run these describe. A run whose process is gone holds
+# its pool slots for good (Dagster does not notice a kill -9 of an in-process run, and the
+# default run launcher cannot check a worker's health), so the next step or sensor tick frees them.
+# The run id is in the claim because Dagster's run retry copies the parent's tags: without it
+# the retry would carry the dead worker's pid until its own worker re-tags it, and be failed too.
+PID_TAG, START_TAG, HOST_TAG, PID_RUN_TAG = "deep/pid", "deep/pid_start", "deep/host", "deep/pid_run"
 IN_FLIGHT = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
              dg.DagsterRunStatus.CANCELING]
 
@@ -106,12 +109,17 @@ def _start_time(pid: int) -> str | None:
     return None if fields[0] in ("Z", "X") else fields[19]  # fields[0] is field 3, the state
 
 
-def process_tags() -> dict[str, str]:
-    return {PID_TAG: str(os.getpid()), START_TAG: _start_time(os.getpid()) or "", HOST_TAG: socket.gethostname()}
+def process_tags(run_id: str) -> dict[str, str]:
+    """The tags that say this process runs the run `run_id`."""
+    return {PID_TAG: str(os.getpid()), START_TAG: _start_time(os.getpid()) or "", HOST_TAG: socket.gethostname(),
+            PID_RUN_TAG: run_id}
 
 
-def _runner_gone(tags: Mapping[str, str]) -> bool:
-    """True only when the run's process is known to be gone: same host, and no such process now."""
+def _runner_gone(run: dg.DagsterRun) -> bool:
+    """True only when the run's process is known to be gone: its own claim, same host, and no such process now."""
+    tags = run.tags
+    if tags.get(PID_RUN_TAG) != run.run_id:  # none yet, or its parent's (copied by a retry)
+        return False
     if tags.get(HOST_TAG) != socket.gethostname() or not tags.get(PID_TAG, "").isdigit():
         return False
     pid = int(tags[PID_TAG])
@@ -136,7 +144,7 @@ def release_dead_runs(instance: dg.DagsterInstance, note: Callable[[str], None])
     released = 0
     for record in instance.get_run_records(dg.RunsFilter(statuses=IN_FLIGHT)):
         run = record.dagster_run
-        if not _runner_gone(run.tags):
+        if not _runner_gone(run):
             continue
         pid = run.tags[PID_TAG]
         instance.report_run_failed(run, f"the process that ran it (pid {pid}) is gone; its pool slots were freed")
@@ -187,8 +195,8 @@ def asset_step(context: dg.AssetExecutionContext, ctx: StepContext, first: bool 
     The asset a step ends with then logs the compile's timeline (defs/timeline.py), so
     the UI shows a running compile after every step.
     """
-    if PID_TAG not in context.run.tags:
-        context.instance.add_run_tags(context.run.run_id, process_tags())
+    if context.run.tags.get(PID_RUN_TAG) != context.run.run_id:
+        context.instance.add_run_tags(context.run.run_id, process_tags(context.run.run_id))
     if first and (warning := instance_warning(context.instance)):
         print(f"deep-pipeline: warning: {warning}", file=sys.stderr, flush=True)
         context.log.warning(warning)
@@ -198,14 +206,14 @@ def asset_step(context: dg.AssetExecutionContext, ctx: StepContext, first: bool 
             log_timeline(context, ctx)
 
 
-def register_batch(instance: dg.DagsterInstance, root: Path, manifest_path: Path) -> list[tuple[str, bool]]:
+def register_batch(instance: dg.DagsterInstance, root: Path, manifest_path: Path, transport=None) -> list[tuple[str, bool]]:
     """Register every entry; those with a compile already are left as they are."""
     manifest = load_manifest(manifest_path)
     base = Path(manifest_path).resolve().parent
     started = []
     for i, entry in enumerate(manifest.entries):
         record, new = register_with_overrides(instance, root, base / entry.skill, base / entry.bundle, entry.overrides,
-                               origin=f"{manifest_path}: entries[{i}].overrides")
+                               origin=f"{manifest_path}: entries[{i}].overrides", transport=transport)
         started.append((record.key, new))
     return started
 

@@ -30,7 +30,7 @@ def _register(context: dg.OpExecutionContext, config: CompileRequest, store: Com
               defaults: CompileDefaultsResource, announce: bool = True):
     overrides = {**defaults.overrides(), **config.overrides}
     record, new = register_with_overrides(context.instance, store.root_path(), Path(config.skill_dir), Path(config.bundle), overrides,
-                           "run config: overrides", announce=announce)
+                           "run config: overrides", announce=announce, transport=store.transport())
     context.log.info(f"{'registered' if new else 'found existing'} compile {record.key}")
     context.add_output_metadata({"compile": record.key, "new": new, "folder": str(store.root_path() / record.key)})
     return record
@@ -46,7 +46,7 @@ def start_compile_op(context: dg.OpExecutionContext, config: CompileRequest, sto
 def compile_op(context: dg.OpExecutionContext, config: CompileRequest, store: CompileStoreResource,
                defaults: CompileDefaultsResource) -> str:
     # This run drives the compile: a kill -9 of its process is noticed by the next driver too.
-    context.instance.add_run_tags(context.run_id, process_tags())
+    context.instance.add_run_tags(context.run_id, process_tags(context.run_id))
     record = _register(context, config, store, defaults, announce=False)
     report = drive(context.instance, store.root_path(), record.key, progress=context.log.info, parent=context.run)
     context.log.info(f"{record.key}: {report.status}; S_final at {report.final_skill_dir}")
@@ -55,7 +55,7 @@ def compile_op(context: dg.OpExecutionContext, config: CompileRequest, store: Co
 
 @dg.op(description="Register a compile for each manifest entry whose skill + bundle + config has none yet.")
 def start_batch_op(context: dg.OpExecutionContext, config: BatchRequest, store: CompileStoreResource) -> list[str]:
-    started = register_batch(context.instance, store.root_path(), Path(config.manifest))
+    started = register_batch(context.instance, store.root_path(), Path(config.manifest), store.transport())
     for key, new in started:
         context.log.info(f"{key}: {'started' if new else 'exists'}")
     return [key for key, new in started if new]

@@ -6,9 +6,12 @@ import os
 from pathlib import Path
 
 import dagster as dg
+from pydantic import PrivateAttr
 
+from deep_pipeline.defs.step_runs import DRIVER_TAG
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.home import store_root
+from deep_pipeline.home import dagster_home, store_root
+from deep_pipeline.llm.transport import WORKER_VARIABLE
 from deep_pipeline.secrets import PROVIDER_VARIABLES
 
 # The providers this resource has a field for -> their key variable (from the one map).
@@ -42,12 +45,30 @@ class CompileStoreResource(dg.ConfigurableResource):
     root: str = ""
     replay: bool = False  # answer model calls only from the cache (deterministic re-runs)
     provider_keys: ProviderKeysResource | None = None
+    _worker_home: Path | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # A run with no driver of ours was started by a run launcher in a fresh process that
+        # makes a few model calls and exits: it sends through the long-lived model worker
+        # rather than import litellm (4-5 CPU-s) itself (llm/transport.py).
+        run = context.dagster_run
+        if run is not None and DRIVER_TAG not in run.tags and os.environ.get(WORKER_VARIABLE) != "0":
+            self._worker_home = dagster_home()
+
+    def transport(self):
+        """Where this run's model calls run: the home's model worker, or None (in this process)."""
+        if self._worker_home is None:
+            return None
+        from deep_pipeline.llm.model_worker import WorkerTransport
+
+        return WorkerTransport(self._worker_home)
 
     def root_path(self) -> Path:
         return Path(self.root).resolve() if self.root else store_root()
 
     def context(self, compile_key: str) -> StepContext:
-        return StepContext.open(self.root_path(), compile_key, replay=self.replay, api_keys=self.provider_keys.by_provider() if self.provider_keys else None)
+        return StepContext.open(self.root_path(), compile_key, replay=self.replay, api_keys=self.provider_keys.by_provider() if self.provider_keys else None,
+                                 transport=self.transport())
 
 
 class CompileDefaultsResource(dg.ConfigurableResource):

@@ -22,15 +22,15 @@ def compile_identity(package_hash: str, bundle_hash: str, config: CompileConfig)
     return sha256_text(payload)
 
 
-def check_models(config: CompileConfig) -> None:
-    """An unknown runner or model name fails before anything is registered."""
+def check_models(config: CompileConfig, transport=None) -> None:
+    """An unknown runner or model name fails before anything is registered (`transport`: where litellm runs)."""
     from deep_pipeline.engine.services import validate_model_name
 
     roles = {"judge": config.judge_model, "editor": config.editor_model}
     if config.runner in ("chat", "mini-swe-agent"):
         roles["agent"] = config.agent_model
     for role, model in roles.items():
-        validate_model_name(model, f"{role}_model", getattr(config, f"{role}_api_base"))
+        validate_model_name(model, f"{role}_model", getattr(config, f"{role}_api_base"), transport)
     if config.runner == "command" and not config.agent_command:
         raise InputError("config: agent_command: the command runner needs an agent command template")
     if config.runner == "command":
@@ -39,14 +39,14 @@ def check_models(config: CompileConfig) -> None:
         split_template(config.agent_command)  # a template that cannot be split fails now, not mid-compile
 
 
-def check_inputs(skill_dir: Path, bundle_path: Path, config: CompileConfig):
+def check_inputs(skill_dir: Path, bundle_path: Path, config: CompileConfig, transport=None):
     """Everything a compile needs, checked before anything is written: (skill, loaded bundle)."""
     from deep_pipeline.inputs.bundle import load_bundle
     from deep_pipeline.inputs.skill import load_skill
 
     skill = load_skill(Path(skill_dir))
     loaded = load_bundle(Path(bundle_path))
-    check_models(config)
+    check_models(config, transport)
     if config.runner == "command":  # a program that cannot start would fail every rollout
         from deep_pipeline.rollouts.command import check_program
 
@@ -60,9 +60,10 @@ def check_inputs(skill_dir: Path, bundle_path: Path, config: CompileConfig):
     return skill, loaded
 
 
-def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: CompileConfig) -> CompileRecord:
+def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: CompileConfig,
+                     transport=None) -> CompileRecord:
     """Register (or find) the compile of this skill, bundle and config. Idempotent."""
-    skill, loaded = check_inputs(skill_dir, bundle_path, config)
+    skill, loaded = check_inputs(skill_dir, bundle_path, config, transport)
     identity = compile_identity(skill.package_hash, loaded.identity_hash, config)  # the verifier is not in it
     key = compile_key(skill.name, identity)
     cdir = CompileDir(root, key)

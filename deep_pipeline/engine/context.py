@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from deep_pipeline.core.config import CompileConfig, Dimension
 from deep_pipeline.core.history import History
@@ -31,15 +32,16 @@ class StepContext:
     cdir: CompileDir
     replay: bool = False
     api_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    transport: Any = field(default=None, repr=False)  # where litellm runs (llm/transport.py); None: here
     _services: Services | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def open(cls, root: Path, key: str, *, services: Services | None = None, replay: bool = False,
-             api_keys: dict[str, str] | None = None) -> "StepContext":
+             api_keys: dict[str, str] | None = None, transport=None) -> "StepContext":
         cdir = CompileDir(root, key)
         cdir.require()
-        return cls(cdir=cdir, replay=replay, api_keys=dict(api_keys or {}), _services=services)
+        return cls(cdir=cdir, replay=replay, api_keys=dict(api_keys or {}), transport=transport, _services=services)
 
     @cached_property
     def record(self) -> CompileRecord:
@@ -60,7 +62,8 @@ class StepContext:
         # two Services would mean two budgets and two caps.
         with self._lock:
             if self._services is None:
-                self._services = build_services(self.cdir, self.record, replay=self.replay, api_keys=self.api_keys)
+                self._services = build_services(self.cdir, self.record, replay=self.replay, api_keys=self.api_keys,
+                                                transport=self.transport)
             return self._services
 
     @contextlib.contextmanager

@@ -20,28 +20,15 @@ if TYPE_CHECKING:  # litellm is slow to import: keep it off the definitions' imp
     from deep_pipeline.rollouts.base import Runner
 
 
-def validate_model_name(model: str, field: str, api_base: str | None = None) -> None:
+def validate_model_name(model: str, field: str, api_base: str | None = None, transport=None) -> None:
     """Refuse an unknown model, or a hosted one whose key is not in the environment."""
     if model == "local":
         return
-    from deep_pipeline.llm.client import load_litellm
+    from deep_pipeline.llm.model_worker import default_transport
 
-    litellm = load_litellm()
-    from litellm.utils import custom_llm_setup
-
-    custom_llm_setup()  # providers registered in litellm.custom_provider_map count as known
-    try:
-        litellm.get_llm_provider(model)
-    except Exception:  # litellm raises its BadRequestError for an unknown provider
-        raise InputError(
-            f"config: {field}: unknown model {model!r} (expected 'local' or a litellm model string "
-            f"such as 'anthropic/claude-sonnet-4-5' or 'openai/gpt-4o-mini')"
-        ) from None
-    if api_base:
-        return  # a self-hosted endpoint: whether it wants a key is its own business
-    missing = [k for k in litellm.validate_environment(model).get("missing_keys", []) if k.endswith("_KEY")]
-    if missing:
-        raise InputError(f"config: {field}: model {model!r} needs {', '.join(missing)} in the environment")
+    problem = (transport or default_transport()).check_model(model, field, api_base)  # litellm: here, or in the model worker
+    if problem:
+        raise InputError(problem)
 
 
 @dataclass
@@ -61,8 +48,9 @@ def temperature_of(config, role: str) -> float:
 
 
 def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = False,
-                   api_keys: dict[str, str] | None = None) -> Services:
-    """`api_keys` maps a provider ("anthropic", "openai", ...) to a key a resource handed over."""
+                   api_keys: dict[str, str] | None = None, transport=None) -> Services:
+    """`api_keys` maps a provider ("anthropic", "openai", ...) to a key a resource handed over;
+    `transport`: where litellm runs (llm/transport.py; None: in this process)."""
     from deep_pipeline.llm.budget import Budget
     from deep_pipeline.llm.client import ModelClient, ModelSettings
     from deep_pipeline.rollouts import make_runner
@@ -86,6 +74,7 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
             limiter=limiter,
             replay=replay,
             local_home=home,
+            transport=transport,
         )
 
     agent_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,

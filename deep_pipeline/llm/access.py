@@ -30,10 +30,11 @@ def key_variable(model: str, litellm=None) -> str:
     return keys[0] if keys else f"{model.split('/', 1)[0].upper()}_API_KEY"
 
 
-def key_for(litellm, model: str, api_base: str | None, api_key: str | None) -> str | None:
+def key_for(model: str, api_base: str | None, api_key: str | None) -> str | None:
     """The key to hand litellm: the configured one, a placeholder for a keyless endpoint,
-    else None (litellm reads the environment)."""
-    if api_key is None and api_base and not os.environ.get(key_variable(model, litellm)):
+    else None (litellm reads the environment). Decided in the caller's process, from its
+    environment (a model worker's may be another's)."""
+    if api_key is None and api_base and not os.environ.get(key_variable(model)):
         return PLACEHOLDER_KEY  # a self-hosted server that wants no key (vLLM, llama.cpp, Ollama)
     return api_key
 
@@ -48,12 +49,12 @@ def access_failure(litellm, error: Exception) -> str | None:
     return None
 
 
-def access_line(litellm, role: str, model: str, api_base: str | None, problem: str, error: str) -> str:
-    """One line: which role's model was refused, why, and the setting that mends it."""
+def access_line(variable: str | None, role: str, model: str, api_base: str | None, problem: str, error: str) -> str:
+    """One line: which role's model was refused, why, and the setting that mends it (`variable`: its key's name)."""
     where = f" at {api_base}" if api_base else ""
     if problem == "model not found":
         fix = f"check {role}_model, or set {role}_api_base to a server that serves it"
     else:
-        fix = f"set {key_variable(model, litellm)} to a key {'with access to it' if 'denied' in problem else 'the provider accepts'}"
+        fix = f"set {variable or key_variable(model)} to a key {'with access to it' if 'denied' in problem else 'the provider accepts'}"
     detail = " ".join(error.split())[:200]
     return f"{role} model {model!r}{where}: {problem} ({detail}); {fix}"

@@ -17,7 +17,6 @@ answer whose log line a crash prevented is logged when next served.
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
@@ -31,7 +30,10 @@ from deep_pipeline.secrets import redact
 from deep_pipeline.errors import AnswerError, ModelAccessError, StepError, one_line
 from deep_pipeline.llm import accounting
 from deep_pipeline.llm.accounting import CallRecord
-from deep_pipeline.llm.access import PLACEHOLDER_KEY, access_failure, access_line, key_for
+from deep_pipeline.llm.access import PLACEHOLDER_KEY, access_line, key_for
+from deep_pipeline.llm.model_worker import default_transport
+from deep_pipeline.llm.transport import SendRequest, SendResult, Transport
+from deep_pipeline.llm.transport import load_litellm  # noqa: F401 - its old home, still imported from here
 from deep_pipeline.llm.cache import ResponseCache, cache_key
 from deep_pipeline.llm.schemas import describe_errors, response_format
 
@@ -46,14 +48,6 @@ DEFAULT_PARALLEL = 3
 # resend). Read when a client is made, so a test can shrink them for a whole compile.
 RETRIES = 4
 BACKOFF_S = 1.0
-_TRANSIENT = (  # litellm exception classes worth resending unchanged
-    "RateLimitError",
-    "Timeout",
-    "APIConnectionError",
-    "InternalServerError",
-    "ServiceUnavailableError",
-    "BadGatewayError",
-)
 
 
 class ModelSettings(BaseModel):
@@ -81,15 +75,6 @@ class _Transient(Exception):
         self.timed_out = timed_out
 
 
-def load_litellm():
-    """Import litellm on first use (seconds on 2 cores) with the local price list."""
-    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    import litellm
-
-    litellm.suppress_debug_info = True
-    return litellm
-
-
 class ModelClient:
     def __init__(
         self,
@@ -104,6 +89,7 @@ class ModelClient:
         local_home: Path | None = None,
         retries: int | None = None,  # None: RETRIES
         backoff_s: float | None = None,  # None: BACKOFF_S
+        transport: Transport | None = None,  # None: llm/transport.default_transport()
     ) -> None:
         self.settings = settings
         self.role = role
@@ -115,6 +101,7 @@ class ModelClient:
         self.backoff_s = BACKOFF_S if backoff_s is None else backoff_s
         self._cache = ResponseCache(Path(cache_dir)) if cache_dir else None
         self._limiter = limiter or threading.BoundedSemaphore(DEFAULT_PARALLEL)
+        self.transport = transport or default_transport()
 
     @property
     def is_local(self) -> bool:
@@ -246,8 +233,7 @@ class ModelClient:
     def _send_once(self, step_key: str, attempt: int, messages: list[dict], answer_format: dict | None,
                    deadline: float | None = None) -> tuple[str, CallRecord]:
         """One send; an answer's record is returned to be logged once it is kept, a failure's is logged here."""
-        litellm = load_litellm()
-        model, api_base, api_key = self._target(litellm, messages)
+        model, api_base, api_key = self._target(messages)
         with self._limiter:  # the compile's cap on calls in flight; the wait is not latency
             timeout_s = self.settings.timeout_s
             if deadline is not None:
@@ -255,50 +241,36 @@ class ModelClient:
                 if timeout_s <= 0:
                     raise ModelTimeout(f"{self.describe(step_key)}: its deadline passed before it was sent")
             if self.budget is not None:
-                estimate = self._estimate_usd(litellm, model, messages) if self.budget.max_usd is not None else None
+                estimate = self._estimate_usd(model, messages) if self.budget.max_usd is not None else None
                 self.budget.reserve(estimate)  # raises BudgetExhausted before anything is sent
-            response, error, latency = self._completion(litellm, model, api_base, api_key, messages,
-                                                        answer_format, timeout_s)
-        record = self._record(step_key, attempt, response, error, latency, litellm, model)
+            sent = self.transport.send(SendRequest(
+                model=model, api_base=api_base, api_key=api_key, messages=messages, response_format=answer_format,
+                temperature=self.settings.temperature, max_tokens=self.settings.max_tokens, timeout_s=timeout_s,
+                free=self.is_local))
+        record = self._record(step_key, attempt, sent)
         if self.budget is not None:
             self.budget.add(record)
-        if error is None:
-            return response.choices[0].message.content or "", record
+        if sent.error is None:
+            return sent.content or "", record
         self._log(record)
-        access = access_failure(litellm, error)
-        if access is not None:  # resending cannot mend it: stop at once, naming what to set
-            raise ModelAccessError(access_line(litellm, self.role, self.settings.model, self.settings.api_base, access,
-                                               record.error or ""))
-        transient = tuple(getattr(litellm, name) for name in _TRANSIENT)
-        if isinstance(error, transient):
+        if sent.failure == "access":  # resending cannot mend it: stop at once, naming what to set
+            raise ModelAccessError(access_line(sent.key_variable, self.role, self.settings.model, self.settings.api_base,
+                                               sent.access_problem or "refused", record.error or ""))
+        if sent.failure in ("transient", "timeout"):
             if self.is_local:
                 from deep_pipeline.llm.local_model import forget_local_server
 
                 forget_local_server(self.local_home)  # it may have died: re-check before the resend
-            timed_out = isinstance(error, litellm.Timeout)
+            timed_out = sent.failure == "timeout"
             if timed_out and deadline is not None and time.monotonic() >= deadline - 0.05:  # it had all the time left
                 raise ModelTimeout(f"{self.describe(step_key)}: no answer before its deadline ({one_line(record.error)})")
             raise _Transient(one_line(record.error), timed_out)
         raise StepError(f"{self.describe(step_key)} failed: {one_line(record.error)}")
 
-    def _completion(self, litellm, model, api_base, api_key, messages, answer_format, timeout_s):
-        """(response, error, latency): every failure is returned, to be logged and classified."""
-        started = time.monotonic()
-        try:
-            response = litellm.completion(
-                model=model, messages=messages, api_base=api_base, api_key=api_key,
-                temperature=self.settings.temperature, max_tokens=self.settings.max_tokens, timeout=timeout_s,
-                num_retries=0,  # retries are ours: counted, logged and budgeted
-                **({"response_format": answer_format} if answer_format else {}),
-            )
-        except Exception as exc:  # noqa: BLE001 - classified by the caller
-            return None, exc, time.monotonic() - started
-        return response, None, time.monotonic() - started
-
-    def _target(self, litellm, messages: list[dict]) -> tuple[str, str | None, str | None]:
+    def _target(self, messages: list[dict]) -> tuple[str, str | None, str | None]:
         """(litellm model string, api_base, api_key); keys otherwise come from the environment."""
         if not self.is_local:
-            api_key = key_for(litellm, self.settings.model, self.settings.api_base, self.settings.api_key)
+            api_key = key_for(self.settings.model, self.settings.api_base, self.settings.api_key)
             return self.settings.model, self.settings.api_base, api_key
         from deep_pipeline.llm.local_model import check_prompt_fits, ensure_local_server
 
@@ -307,48 +279,27 @@ class ModelClient:
         # An explicit dummy key: the user's OPENAI_API_KEY must never reach the local server.
         return f"openai/{server.alias}", server.api_base, PLACEHOLDER_KEY
 
-    def _estimate_usd(self, litellm, model: str, messages: list[dict]) -> float | None:
+    def _estimate_usd(self, model: str, messages: list[dict]) -> float | None:
         """Worst case of the next call: its prompt plus a full `max_tokens` answer; None if unpriced."""
         if self.is_local:
             return 0.0
-        try:
-            prompt_tokens = litellm.token_counter(model=model, messages=messages)
-            prompt_usd, answer_usd = litellm.cost_per_token(
-                model=model, prompt_tokens=prompt_tokens, completion_tokens=self.settings.max_tokens
-            )
-            return float(prompt_usd + answer_usd)
-        except Exception:  # noqa: BLE001 - an unpriced model has no estimate
-            return None
+        return self.transport.estimate_usd(model, messages, self.settings.max_tokens)
 
-    def _record(self, step_key, attempt, response, error, latency, litellm, model) -> CallRecord:
-        usage = getattr(response, "usage", None)
-        details = getattr(usage, "prompt_tokens_details", None)
+    def _record(self, step_key: str, attempt: int, sent: SendResult) -> CallRecord:
         return CallRecord(
             step_key=step_key,
             role=self.role,
             model=self.settings.model,
             attempt=attempt,
-            prompt_tokens=getattr(usage, "prompt_tokens", None),
-            completion_tokens=getattr(usage, "completion_tokens", None),
-            cached_tokens=getattr(details, "cached_tokens", None),
-            # A failed call may still have been billed: unknown, except on our own free CPU.
-            cost_usd=self._cost(litellm, response, model) if response is not None else (0.0 if self.is_local else None),
-            latency_s=round(latency, 4),
+            prompt_tokens=sent.prompt_tokens,
+            completion_tokens=sent.completion_tokens,
+            cached_tokens=sent.cached_tokens,
+            cost_usd=sent.cost_usd,
+            latency_s=round(sent.latency_s, 4),
             cache_hit=False,
-            error=redact(f"{type(error).__name__}: {str(error)[:500]}") if error is not None else None,
+            error=redact(sent.error) if sent.error is not None else None,
             call_id=uuid.uuid4().hex,
         )
-
-    def _cost(self, litellm, response, model: str) -> float | None:
-        if self.is_local:
-            return 0.0  # our own CPU: known to be free, not a guess
-        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        if cost is None:
-            try:
-                cost = litellm.completion_cost(completion_response=response, model=model)
-            except Exception:  # noqa: BLE001 - unpriced model: unknown, never guessed
-                return None
-        return float(cost)
 
 
 def _parse(text: str, response_model: type[M], check: Callable[[M], str | None] | None) -> tuple[M | None, str]:

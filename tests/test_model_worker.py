@@ -1,0 +1,100 @@
+"""The model worker (llm/model_worker.py): a run process's sends made by one long-lived
+process that imported litellm once, answered as litellm in-process would answer them.
+
+The model is a scripted OpenAI-compatible server; the worker is the real process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from deep_pipeline.llm.model_worker import WorkerTransport, fingerprint
+from deep_pipeline.llm.transport import SendRequest
+from tests.scripted_openai_server import ScriptedOpenAIServer
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-worker-key-000")
+    yield tmp_path
+    for state in (tmp_path / "model_worker").glob("*.json"):  # leave no worker behind
+        try:
+            os.kill(json.loads(state.read_text())["pid"], signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+def request(server: ScriptedOpenAIServer, **extra) -> SendRequest:
+    fields = {"model": "openai/judge", "api_base": server.api_base, "messages": [{"role": "user", "content": "hi"}],
+              "timeout_s": 20, **extra}
+    return SendRequest(**fields)
+
+
+def worker_pid(home: Path) -> int:
+    (state,) = (home / "model_worker").glob("*.json")
+    return json.loads(state.read_text())["pid"]
+
+
+def test_a_send_through_the_worker_answers_with_usage_and_later_sends_reuse_it(home):
+    with ScriptedOpenAIServer([{"content": "hello", "usage": {"prompt_tokens": 7, "completion_tokens": 3}}]) as server:
+        first = WorkerTransport(home).send(request(server))
+        pid = worker_pid(home)
+        second = WorkerTransport(home).send(request(server))  # another client object, as the next run makes
+    assert (first.content, first.prompt_tokens, first.completion_tokens, first.error) == ("hello", 7, 3, None)
+    assert second.content == "hello" and worker_pid(home) == pid != os.getpid()
+    assert len(server.requests) == 2
+    assert server.requests[0]["authorization"] == "Bearer sk-test-worker-key-000"  # the environment's key, read there
+    (state,) = (home / "model_worker").glob("*.json")
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600  # it holds the authentication key
+
+
+def test_a_killed_worker_is_replaced_on_the_next_send(home):
+    with ScriptedOpenAIServer([{"content": "ok"}]) as server:
+        transport = WorkerTransport(home)
+        transport.send(request(server))
+        old = worker_pid(home)
+        os.kill(old, signal.SIGKILL)
+        time.sleep(0.2)
+        again = transport.send(request(server))
+    assert again.content == "ok" and worker_pid(home) != old
+
+
+def test_failures_come_back_classified_as_in_process(home):
+    turns = [lambda body: {"status": 401, "error": "bad key"} if "refuse" in json.dumps(body) else {"status": 503, "error": "busy"}]
+    with ScriptedOpenAIServer(turns) as server:
+        transport = WorkerTransport(home)
+        refused = transport.send(request(server, messages=[{"role": "user", "content": "refuse"}]))
+        busy = transport.send(request(server))
+    assert refused.failure == "access", refused.error
+    assert refused.key_variable == "OPENAI_API_KEY" and refused.access_problem == "credentials refused"
+    assert busy.failure == "transient" and busy.content is None
+
+
+def test_another_key_gets_another_worker(home, monkeypatch):
+    first = fingerprint()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-another-key-111")
+    assert fingerprint() != first  # a worker never sends with a stale environment's key
+    monkeypatch.setenv("PATH", os.environ["PATH"] + ":/nowhere")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-another-key-111")
+    assert fingerprint() == fingerprint()
+
+
+def test_an_idle_worker_exits_and_removes_its_state(home, monkeypatch):
+    monkeypatch.setenv("DEEP_PIPELINE_MODEL_WORKER_IDLE_S", "1")
+    with ScriptedOpenAIServer([{"content": "ok"}]) as server:
+        WorkerTransport(home).send(request(server))
+        pid = worker_pid(home)
+    deadline = time.monotonic() + 15
+    while list((home / "model_worker").glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not list((home / "model_worker").glob("*.json"))
+    time.sleep(0.3)
+    stat_file = Path(f"/proc/{pid}/stat")  # gone, or a zombie this test process has not reaped
+    assert not stat_file.exists() or stat_file.read_text().rsplit(")", 1)[1].split()[0] == "Z"
