@@ -92,6 +92,9 @@ def _failure(result) -> str:
     """The innermost cause of the failed step: ours (StepError, InputError), not Dagster's wrapper."""
     for event in result.all_events:
         if event.is_step_failure:
+            described = event.step_failure_data.user_failure_data
+            if described is not None and described.description:  # a dg.Failure of ours: its line as written
+                return one_line(described.description, 600)
             error = event.step_failure_data.error
             while error is not None and error.cause is not None:
                 error = error.cause

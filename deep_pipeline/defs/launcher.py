@@ -80,7 +80,8 @@ def driven_elsewhere(ctx: StepContext) -> bool:
     """
     if not ctx.cdir.lock_path.is_file():
         return False
-    with open(ctx.cdir.lock_path, "a") as handle:
+    # "a+": on NFSv4 a shared lock needs the file open for reading (else EBADF).
+    with open(ctx.cdir.lock_path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

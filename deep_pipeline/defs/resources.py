@@ -9,7 +9,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from deep_pipeline.defs.step_runs import DRIVER_TAG
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileNotInStore, StepContext
 from deep_pipeline.home import dagster_home, store_root
 from deep_pipeline.llm.transport import WORKER_VARIABLE
 from deep_pipeline.secrets import PROVIDER_VARIABLES
@@ -39,6 +39,15 @@ class ProviderKeysResource(dg.ConfigurableResource):
         return {p: getattr(self, f"{p}_api_key") for p in KEY_VARIABLES if getattr(self, f"{p}_api_key")}
 
 
+class StoreNotShared(CompileNotInStore, dg.Failure):
+    """CompileNotInStore raised in a Dagster step: a `Failure`, so the step fails with our one
+    line as its message (not "Error occurred while executing op" over a traceback), and still
+    a StepError, so the loop sensor skips the compile with that line as its reason."""
+
+    def __init__(self, line: str):
+        dg.Failure.__init__(self, description=line, allow_retries=False)
+
+
 class CompileStoreResource(dg.ConfigurableResource):
     """The compile store. Empty `root` means `deep_pipeline.home.store_root()`."""
 
@@ -51,7 +60,7 @@ class CompileStoreResource(dg.ConfigurableResource):
         # A run with no driver of ours was started by a run launcher in a fresh process that
         # makes a few model calls and exits: it sends through the long-lived model worker
         # rather than import litellm (4-5 CPU-s) itself (llm/transport.py).
-        run = context.dagster_run
+        run = context.run
         if run is not None and DRIVER_TAG not in run.tags and os.environ.get(WORKER_VARIABLE) != "0":
             self._worker_home = dagster_home()
 
@@ -67,8 +76,11 @@ class CompileStoreResource(dg.ConfigurableResource):
         return Path(self.root).resolve() if self.root else store_root()
 
     def context(self, compile_key: str) -> StepContext:
-        return StepContext.open(self.root_path(), compile_key, replay=self.replay, api_keys=self.provider_keys.by_provider() if self.provider_keys else None,
-                                 transport=self.transport())
+        try:
+            return StepContext.open(self.root_path(), compile_key, replay=self.replay, api_keys=self.provider_keys.by_provider() if self.provider_keys else None,
+                                     transport=self.transport())
+        except CompileNotInStore as exc:
+            raise StoreNotShared(str(exc)) from None
 
 
 class CompileDefaultsResource(dg.ConfigurableResource):

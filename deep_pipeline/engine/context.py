@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -27,6 +28,21 @@ from deep_pipeline.store import remove_orphaned_temps
 _held = threading.local()
 
 
+class CompileNotInStore(StepError):
+    """The store this process sees has no folder for a compile the instance knows about.
+
+    On one machine that is a removed compile; across machines it is a store that is not
+    shared: the compile was registered where a run cannot see it. The message says both
+    and names the host, since the same path means different disks on different hosts.
+    """
+
+
+def missing_compile_line(root: Path, key: str) -> str:
+    return (f"the store at {root} on host {socket.gethostname()} has no compile {key} (no {key}/compile.json): "
+            "DEEP_PIPELINE_STORE must be a filesystem every run's machine mounts at the same path "
+            "(or the compile was removed)")
+
+
 @dataclass
 class StepContext:
     cdir: CompileDir
@@ -40,7 +56,8 @@ class StepContext:
     def open(cls, root: Path, key: str, *, services: Services | None = None, replay: bool = False,
              api_keys: dict[str, str] | None = None, transport=None) -> "StepContext":
         cdir = CompileDir(root, key)
-        cdir.require()
+        if not cdir.exists():  # the first touch of the folder: the one place a non-shared store shows
+            raise CompileNotInStore(missing_compile_line(cdir.root, key))
         return cls(cdir=cdir, replay=replay, api_keys=dict(api_keys or {}), transport=transport, _services=services)
 
     @cached_property
