@@ -28,6 +28,7 @@ from deep_pipeline.rollouts.sandbox import (
     Sandbox,
     SandboxLimits,
     make_sandbox,
+    remove_orphaned_sandboxes,
 )
 from deep_pipeline.secrets import redact, secret_values
 
@@ -102,6 +103,7 @@ class ProcessRunner:
         check_task_dir(task)
         if self.agents_dir is not None:  # a killed run's agents must not run beside ours
             stop_leftover_agents(self.agents_dir)
+            remove_orphaned_sandboxes(self.sandbox_parent)  # and its sandboxes go, now nothing runs in them
         self._resolve_local_model()
 
         def rollout(index: int) -> Trace:

@@ -16,7 +16,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deep_pipeline.rollouts.guard import ROLLOUT_MARKER  # noqa: F401  (re-exported: its old home)
+from deep_pipeline.rollouts.guard import (
+    ROLLOUT_MARKER,  # noqa: F401  (re-exported: its old home)
+    start_time,
+)
 from deep_pipeline.secrets import PROVIDER_VARIABLES
 
 STREAM_CAP_BYTES = 2 * 1024 * 1024
@@ -106,6 +109,29 @@ class Sandbox:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+SANDBOX_PREFIX = "deep-rollout-"
+OWNER_FILE = ".owner"  # "<pid> <start time>" of the process that made the sandbox
+
+
+def remove_orphaned_sandboxes(parent: Path | None = None) -> int:
+    """Remove the sandboxes whose maker is gone (a driver killed mid-batch); returns how many.
+
+    Call it after the dead driver's agents were stopped (process.stop_leftover_agents).
+    A sandbox without an owner file, or whose owner still runs (or cannot be told: no
+    /proc, start time 0), is not ours to remove.
+    """
+    removed = 0
+    for root in Path(parent or tempfile.gettempdir()).glob(f"{SANDBOX_PREFIX}*"):
+        try:
+            pid, started = (int(v) for v in (root / OWNER_FILE).read_text(encoding="utf-8").split())
+        except (OSError, ValueError):
+            continue
+        if started and start_time(pid) != started:  # gone, or the pid is another process's by now
+            shutil.rmtree(root, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 def make_sandbox(
     *,
     task_dir: Path | None,
@@ -115,8 +141,10 @@ def make_sandbox(
     parent: Path | None = None,
 ) -> Sandbox:
     """A fresh copy of the task directory with the skill installed under each install dir."""
-    root = Path(tempfile.mkdtemp(prefix="deep-rollout-", dir=parent))
+    root = Path(tempfile.mkdtemp(prefix=SANDBOX_PREFIX, dir=parent))
     try:
+        # Who made it: a driver killed mid-rollout cannot remove it, the next batch does.
+        (root / OWNER_FILE).write_text(f"{os.getpid()} {start_time(os.getpid()) or 0}\n", encoding="utf-8")
         work = root / "work"
         if task_dir is not None:
             shutil.copytree(task_dir, work, symlinks=True)

@@ -1,0 +1,163 @@
+"""SPEC §9 under the daemon: SIGKILL the run worker of a step, and the daemon still ends the compile.
+
+`start_compile` registers the compile (as tests/test_daemon.py does), `dagster-daemon run`
+carries it; at the kill point the worker process of the running step (its `deep/pid` tag,
+set by defs/launcher.asset_step) is SIGKILLed. The daemon keeps running: its loop
+sensor's sweep (release_dead_runs) fails the dead run and frees its slot, and Dagster's
+run retry (dagster.yaml run_retries) runs the step again. Checked as the CLI points of
+tests/test_crash_suite.py are, against the same uninterrupted compile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from tests.crash_harness import (
+    REPO,
+    CrashWorld,
+    Killer,
+    check_instance,
+    check_no_temp_files,
+    check_rollouts,
+    crash_world,
+    open_world,
+    outcome,
+    repeated_calls,
+    run_cli,
+    snapshot,
+)
+from tests.served_world import OpenAIRequest, answer_with
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+PID_TAG, PID_RUN_TAG = "deep/pid", "deep/pid_run"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    world, server = open_world(tmp_path_factory.mktemp("reference"))
+    with server:
+        done, _ = run_cli(world, world.args)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return outcome(world)
+
+
+def worker_of(home: Path, job: str) -> int | None:
+    """The pid of the process running the compile's STARTED `job` run, once it tagged the run."""
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for record in instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
+            run = record.dagster_run
+            if run.job_name == job and run.tags.get(PID_RUN_TAG) == run.run_id:
+                return int(run.tags[PID_TAG])
+    return None
+
+
+def kill_worker(world: CrashWorld, job: str, killer: Killer, why: str) -> None:
+    deadline = time.monotonic() + 30
+    while (pid := worker_of(world.home, job)) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pid is not None, f"no STARTED {job} run with a worker pid"
+    killer.kill(why, pid)
+
+
+def _candidate_started(world: CrashWorld) -> bool:
+    starts = [sha for kind, sha in world.rollouts() if kind == "start"]
+    return any(sha != starts[0] for sha in starts)
+
+
+def _final_skill(world: CrashWorld) -> bool:
+    cdir = world.compile_dir()
+    return cdir is not None and (cdir / "final" / "skill").is_dir()
+
+
+POINTS = ["in-a-judge-call-of-a-matrix", "in-a-candidate-rollout", "in-finalize-after-s-final"]
+
+
+def register(world: CrashWorld, root: Path) -> str:
+    config = yaml.safe_load((root / "compile.yaml").read_text())
+    skill, bundle = root / "skills" / "demo-skill", root / "bundle.json"
+    run_config = {"ops": {"start_compile_op": {"config": {"skill_dir": str(skill), "bundle": str(bundle), "overrides": config}}}}
+    (root / "start.yaml").write_text(yaml.safe_dump(run_config))
+    start = subprocess.run([str(BIN / "dagster"), "job", "execute", "-m", "deep_pipeline.definitions", "-j", "start_compile",
+                            "-c", str(root / "start.yaml")], check=False, cwd=REPO, env=world.env, capture_output=True, text=True,
+                           timeout=180)
+    assert start.returncode == 0, start.stderr[-2000:]
+    return world.compile_dir().name
+
+
+def runs_ended(home: Path, key: str) -> bool:
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        runs = [r.dagster_run for r in instance.get_run_records(dg.RunsFilter(tags={"deep/compile": key}))]
+    return any(r.job_name == "finalize" and r.status == dg.DagsterRunStatus.SUCCESS for r in runs) and all(
+        r.is_finished for r in runs)
+
+
+def stop_model_workers(home: Path) -> None:
+    """The model worker a run started lives on in its own session (llm/model_worker.py): stop it."""
+    for state in (home / "model_worker").glob("*.json"):
+        try:
+            os.kill(json.loads(state.read_text())["pid"], signal.SIGKILL)
+        except (OSError, ValueError, KeyError):
+            pass
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninterrupted(tmp_path, reference, point):
+    killer = Killer()
+    world_answer = answer_with(crash_world())
+    holder: dict = {}
+
+    def answer(body: dict) -> dict:  # the first judge column's request: kill its worker while it waits
+        request = OpenAIRequest(body)
+        if point == POINTS[0] and request.role == "judge" and "score_a" not in str(request.schema) and killer.at is None:
+            kill_worker(holder["world"], "score_matrix", killer, point)
+        return world_answer(body)
+
+    world, server = open_world(tmp_path, answer)
+    holder["world"] = world
+    (world.home).mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", world.home / "dagster.yaml")
+    with server:
+        key = register(world, tmp_path)
+        with open(tmp_path / "daemon.log", "w") as daemon_log:  # the child keeps its own copy of the descriptor
+            daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO,
+                                      env=world.env, stdout=subprocess.DEVNULL, stderr=daemon_log, start_new_session=True)
+        before = None
+        try:
+            watch = {POINTS[1]: ("run_iteration", _candidate_started), POINTS[2]: ("finalize", _final_skill)}.get(point)
+            deadline = time.monotonic() + 420
+            while killer.at is None and time.monotonic() < deadline:
+                if watch and watch[1](world):
+                    kill_worker(world, watch[0], killer, point)
+                time.sleep(0.02)
+            assert killer.at is not None, f"never reached {point}"
+            before = snapshot(world)
+            while not runs_ended(world.home, key) and time.monotonic() < deadline:
+                time.sleep(1)
+        finally:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            daemon.wait(timeout=60)
+            stop_model_workers(world.home)
+        ended = outcome(world)
+    log = (tmp_path / "daemon.log").read_text()
+    assert ended.decisions == reference.decisions, log[-3000:]
+    assert (ended.skill_sha256, ended.folder_sha256) == (reference.skill_sha256, reference.folder_sha256)
+    assert ended.requests == reference.requests
+    assert repeated_calls(world, killer.at, before) == []
+    check_rollouts(world, before, reference)
+    check_instance(world.home)
+    check_no_temp_files(world)
+    with dg.DagsterInstance.from_config(str(world.home)) as instance:
+        failed = instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], tags={"deep/compile": key}))
+    assert len(failed) == 1, "the killed run is failed once, and its retry succeeded"
