@@ -228,6 +228,10 @@ def compile_ended(home: Path, env: dict[str, str], key: str) -> bool:
 
 
 def start_daemon(tree: Tree, env: dict[str, str], log: Path) -> subprocess.Popen:
+    # The storage made first, by us alone: two processes creating a new SQLite home's tables
+    # at once race ("table jobs already exists").
+    with instance_for(Path(env["DAGSTER_HOME"]), env):
+        pass
     return subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=tree.root, env=env,
                             stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 

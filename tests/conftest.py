@@ -47,3 +47,14 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
     (tmp_path / "home").mkdir()
     return tmp_path
+
+
+@pytest.fixture
+def dagster_storage(tmp_path, monkeypatch):
+    """Instances and homes on the storage this test run selected (tests/instances.py):
+    SQLite as always, or with DEEP_PIPELINE_STORAGE=postgres a database of their own."""
+    from tests.instances import Storages
+
+    storages = Storages(tmp_path, monkeypatch)
+    yield storages
+    storages.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dagster as dg
 import pytest
 import yaml
 
@@ -18,14 +17,14 @@ def manifest(tmp_path, entries):
     return path
 
 
-def test_batch_starts_each_new_entry_once(tmp_path):
+def test_batch_starts_each_new_entry_once(tmp_path, dagster_storage):
     skill, bundle = make_inputs(tmp_path)
     entries = [
         {"skill": str(skill.relative_to(tmp_path)), "bundle": "bundle.json", "overrides": {"runner": "replay"}},
         {"skill": str(skill.relative_to(tmp_path)), "bundle": "bundle.json", "overrides": {"runner": "replay", "rollouts": 2}},
     ]
     path = manifest(tmp_path, entries)
-    instance = dg.DagsterInstance.ephemeral()
+    instance = dagster_storage.instance()
     first = register_batch(instance, tmp_path / "store", path)
     assert [new for _, new in first] == [True, True] and first[0][0] != first[1][0]
     assert sorted(instance.get_dynamic_partitions("compiles")) == sorted(k for k, _ in first)
@@ -34,13 +33,13 @@ def test_batch_starts_each_new_entry_once(tmp_path):
     assert [k for k, _ in again] == [k for k, _ in first]
 
 
-def test_batch_job_runs_from_the_definitions(tmp_path, monkeypatch):
+def test_batch_job_runs_from_the_definitions(tmp_path, monkeypatch, dagster_storage):
     from deep_pipeline.definitions import defs
 
     skill, bundle = make_inputs(tmp_path)
     path = manifest(tmp_path, [{"skill": str(skill), "bundle": str(bundle), "overrides": {"runner": "replay"}}])
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
-    instance = dg.DagsterInstance.ephemeral()
+    instance = dagster_storage.instance()
     result = defs.resolve_job_def("start_batch").execute_in_process(
         instance=instance, run_config={"ops": {"start_batch_op": {"config": {"manifest": str(path)}}}}
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -113,7 +112,8 @@ def stop_model_workers(home: Path) -> None:
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninterrupted(tmp_path, reference, point):
+def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninterrupted(tmp_path, reference, point,
+                                                                                        dagster_storage):
     killer = Killer()
     world_answer = answer_with(crash_world())
     holder: dict = {}
@@ -126,8 +126,7 @@ def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninte
 
     world, server = open_world(tmp_path, answer)
     holder["world"] = world
-    (world.home).mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", world.home / "dagster.yaml")
+    dagster_storage.home(world.home)  # our dagster.yaml on the storage this run selected (SQLite or Postgres)
     with server:
         key = register(world, tmp_path)
         with open(tmp_path / "daemon.log", "w") as daemon_log:  # the child keeps its own copy of the descriptor

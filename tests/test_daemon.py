@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,10 +34,8 @@ def runs_ended(home: Path, key: str) -> bool:
 
 
 @pytest.mark.slow
-def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path, dagster_storage):
+    home = dagster_storage.home(tmp_path / "home")  # our dagster.yaml
     skill, bundle = make_inputs(tmp_path)
     env = cli_env(home)
     with ScriptedOpenAIServer([answer_with(one_edit_world())] * 50) as server:

@@ -28,7 +28,8 @@ def test_definitions_validate_and_dg_check(tmp_path):
     assert "loaded successfully" in check.stdout + check.stderr
 
 
-def test_start_compile_job_registers_a_compile_for_the_daemon(tmp_path):
+def test_start_compile_job_registers_a_compile_for_the_daemon(tmp_path, dagster_storage):
+    dagster_storage.home(tmp_path, ours=False)  # Dagster's defaults on this storage
     example = REPO / "deep_pipeline" / "examples"
     config = {
         "ops": {

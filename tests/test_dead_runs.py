@@ -22,6 +22,7 @@ import pytest
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, install_world, make_inputs
+from tests.instances import OUR_YAML
 from tests.served_world import CLI, KillPoint, one_edit_world, reference, served_compile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,8 +49,9 @@ def kill_inside(gate: KillPoint, role: str, args: list[str], env: dict) -> str:
 
 
 @pytest.mark.slow
-def test_two_kills_in_model_calls_leave_no_run_started_and_no_slot_claimed(tmp_path, scripted_llm):
+def test_two_kills_in_model_calls_leave_no_run_started_and_no_slot_claimed(tmp_path, scripted_llm, dagster_storage):
     expected, expected_skill, _ = reference(tmp_path, scripted_llm)
+    dagster_storage.for_new_homes()
     home = tmp_path / "home"  # a new home: the CLI gives it our dagster.yaml (the llm pool of 2)
     gate = KillPoint(one_edit_world())
     with served_compile(tmp_path, home, gate) as served:
@@ -78,8 +80,9 @@ def test_two_kills_in_model_calls_leave_no_run_started_and_no_slot_claimed(tmp_p
 
 
 @pytest.mark.slow
-def test_ctrl_c_in_a_model_call_prints_one_line(tmp_path):
+def test_ctrl_c_in_a_model_call_prints_one_line(tmp_path, dagster_storage):
     """A terminal's Ctrl-C reaches the whole process group: no helper of Dagster's may print a traceback."""
+    dagster_storage.for_new_homes()
     gate = KillPoint(one_edit_world())
     with served_compile(tmp_path, tmp_path / "home", gate) as served:
         gate.arm("judge")
@@ -112,19 +115,18 @@ def drive_first_step(tmp_path: Path, instance: dg.DagsterInstance, monkeypatch) 
         drive(instance, tmp_path / "store", record.key, max_runs=1)
 
 
-def test_the_first_step_on_an_instance_without_our_limits_warns_once_naming_the_file(tmp_path, scripted_llm, capsys, monkeypatch):
+def test_the_first_step_on_an_instance_without_our_limits_warns_once_naming_the_file(tmp_path, scripted_llm, capsys, monkeypatch,
+                                                                                     dagster_storage):
     install_world(scripted_llm, one_edit_world())
-    drive_first_step(tmp_path, dg.DagsterInstance.ephemeral(), monkeypatch)  # Dagster's defaults: no dagster.yaml
+    drive_first_step(tmp_path, dagster_storage.instance(), monkeypatch)  # Dagster's defaults: no dagster.yaml
     lines = [line for line in capsys.readouterr().err.splitlines() if WARNING in line]
     assert len(lines) == 1
-    assert "deep/compile" in lines[0] and str(REPO / "dagster_home" / "dagster.yaml") in lines[0]
+    assert "deep/compile" in lines[0] and str(OUR_YAML) in lines[0]
 
 
-def test_an_instance_with_our_dagster_yaml_gets_no_warning(tmp_path, scripted_llm, capsys, monkeypatch):
+def test_an_instance_with_our_dagster_yaml_gets_no_warning(tmp_path, scripted_llm, capsys, monkeypatch, dagster_storage):
     install_world(scripted_llm, one_edit_world())
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "dagster.yaml").write_bytes((REPO / "dagster_home" / "dagster.yaml").read_bytes())
+    home = dagster_storage.home(tmp_path / "home")
     with dg.DagsterInstance.from_config(str(home)) as instance:
         drive_first_step(tmp_path, instance, monkeypatch)
     assert "warning" not in capsys.readouterr().err

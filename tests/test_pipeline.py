@@ -1,4 +1,4 @@
-"""Whole compiles through Dagster (ephemeral instance) against the plain driver.
+"""Whole compiles through Dagster (ephemeral instance, or Postgres: tests/instances.py) against the plain driver.
 
 The scripted world answers through litellm, the replay runner serves the bundle's
 traces; everything else — prompts, parsing, policy, steps, records, Dagster runs,
@@ -60,11 +60,11 @@ SCENARIOS = {
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_dagster_compile_matches_plain_driver(name, env, scripted_llm):
+def test_dagster_compile_matches_plain_driver(name, env, scripted_llm, dagster_storage):
     world, overrides = SCENARIOS[name]
     reference = plain(env, World(**{k: dict(v) for k, v in vars(world).items() if k != "calls"}), scripted_llm, **overrides)
     scripted_llm.reset()
-    instance = dg.DagsterInstance.ephemeral()
+    instance = dagster_storage.instance()
     record, report = through_dagster(env, world, scripted_llm, instance, **overrides)
 
     assert decisions_of(report) == decisions_of(reference)
@@ -96,9 +96,9 @@ def test_dagster_compile_matches_plain_driver(name, env, scripted_llm):
         assert history and all(h.status.value == "SUCCEEDED" for h in history), (asset, check)
 
 
-def test_resume_after_finish_makes_no_new_call(env, scripted_llm):
+def test_resume_after_finish_makes_no_new_call(env, scripted_llm, dagster_storage):
     world = World(low={("s02-steps", "clarity"): 2})
-    instance = dg.DagsterInstance.ephemeral()
+    instance = dagster_storage.instance()
     record, report = through_dagster(env, world, scripted_llm, instance)
     calls = len(scripted_llm.requests)
 
@@ -134,14 +134,14 @@ def test_definitions_load():
 
 @pytest.mark.parametrize("path", ["plain", "dagster"])
 @pytest.mark.parametrize("max_calls", [3, 5, 6])
-def test_budget_ends_the_compile_cleanly(max_calls, path, env, scripted_llm):
+def test_budget_ends_the_compile_cleanly(max_calls, path, env, scripted_llm, dagster_storage):
     # 3 calls: the first matrix stops part-way; 5: its last column spends the budget;
     # 6: the matrix is done and the iteration's edit spends it.
     world = World(low={("s02-steps", "clarity"): 2})
     if path == "plain":
         report = plain(env, world, scripted_llm, max_calls=max_calls)
     else:
-        report = through_dagster(env, world, scripted_llm, dg.DagsterInstance.ephemeral(), max_calls=max_calls)[1]
+        report = through_dagster(env, world, scripted_llm, dagster_storage.instance(), max_calls=max_calls)[1]
     assert report.status == "budget_exhausted"
     assert report.usage_total.calls == max_calls
     assert report.final_skill_dir and (Path(report.final_skill_dir) / "SKILL.md").is_file()
@@ -151,14 +151,14 @@ def test_budget_ends_the_compile_cleanly(max_calls, path, env, scripted_llm):
         assert report.decisions == []
 
 
-def test_compile_folder_deleted_under_a_running_compile_fails_the_next_step_clearly(env, scripted_llm):
+def test_compile_folder_deleted_under_a_running_compile_fails_the_next_step_clearly(env, scripted_llm, dagster_storage):
     import shutil
 
     from deep_pipeline.errors import StepError
 
     install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
     skill, bundle = make_inputs(env / "dg")
-    instance = dg.DagsterInstance.ephemeral()
+    instance = dagster_storage.instance()
     record, _ = register_with_overrides(instance, env / "store", skill, bundle, CONFIG)
 
     def delete_after_first_step(line):
@@ -168,12 +168,12 @@ def test_compile_folder_deleted_under_a_running_compile_fails_the_next_step_clea
         drive(instance, env / "store", record.key, progress=delete_after_first_step)
 
 
-def test_compile_job_carries_a_compile_to_its_end_with_nested_runs(env, scripted_llm):
+def test_compile_job_carries_a_compile_to_its_end_with_nested_runs(env, scripted_llm, dagster_storage):
     from deep_pipeline.definitions import defs
 
     install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
     skill, bundle = make_inputs(env / "job")
-    instance = dg.DagsterInstance.ephemeral()
+    instance = dagster_storage.instance()
     run_config = {"ops": {"compile_op": {"config": {"skill_dir": str(skill), "bundle": str(bundle), "overrides": CONFIG}}}}
     result = defs.resolve_job_def("compile").execute_in_process(instance=instance, run_config=run_config)
     assert result.success
@@ -185,7 +185,8 @@ def test_compile_job_carries_a_compile_to_its_end_with_nested_runs(env, scripted
 
 
 @pytest.mark.parametrize("stop_after", [1, 3])
-def test_interrupted_compile_resumes_to_the_same_end_without_repeating_calls(stop_after, env, scripted_llm):
+def test_interrupted_compile_resumes_to_the_same_end_without_repeating_calls(stop_after, env, scripted_llm,
+                                                                            dagster_storage):
 
     scenario = dict(low={("s02-steps", "actionability"): 2}, compare={("s02-steps", "actionability"): (2, 2)})
     reference = plain(env, World(**scenario), scripted_llm)
@@ -193,7 +194,7 @@ def test_interrupted_compile_resumes_to_the_same_end_without_repeating_calls(sto
     scripted_llm.reset()
     install_world(scripted_llm, World(**scenario))
     skill, bundle = make_inputs(env / "dg")
-    instance = dg.DagsterInstance.ephemeral()
+    instance = dagster_storage.instance()
     record, _ = register_with_overrides(instance, env / "store", skill, bundle, CONFIG)
     steps = []
 

@@ -1,4 +1,4 @@
-"""The loop sensor, evaluated with build_sensor_context on an ephemeral instance."""
+"""The loop sensor, evaluated with build_sensor_context on an ephemeral instance (or Postgres: tests/instances.py)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from tests.compile_world import CONFIG, World, install_world, make_inputs
 
 
 @pytest.fixture
-def setup(tmp_path, scripted_llm):
+def setup(tmp_path, scripted_llm, dagster_storage):
     def make(world: World):
         install_world(scripted_llm, world)
         skill, bundle = make_inputs(tmp_path)
         record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
-        instance = dg.DagsterInstance.ephemeral()
+        instance = dagster_storage.instance()
         instance.add_dynamic_partitions("compiles", [record.key])
         return instance, record, StepContext.open(tmp_path / "store", record.key)
 
@@ -137,11 +137,11 @@ def test_a_compile_locked_by_a_driver_is_retried_on_later_ticks(setup):
     assert json.loads(later.cursor)["pending"] == []
 
 
-def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup):
+def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup, dagster_storage):
     import subprocess
     import uuid
 
-    from dagster._core.test_utils import create_run_for_test, instance_for_test
+    from dagster._core.test_utils import create_run_for_test
 
     from deep_pipeline.defs.launcher import process_tags
 
@@ -154,7 +154,7 @@ def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup):
         return {**process_tags(run_id), "deep/pid": str(gone.pid), "deep/compile": "c"}
 
     dead_id, alive_id, retry_id = (str(uuid.uuid4()) for _ in range(3))
-    with instance_for_test() as instance:
+    with dagster_storage.instance(on_disk=True) as instance:  # pool slots: not in the in-memory storage
         dead = create_run_for_test(instance, job_name="score_matrix", run_id=dead_id,
                                    status=dg.DagsterRunStatus.STARTED, tags=dead_tags(dead_id))
         alive = create_run_for_test(instance, job_name="score_matrix", run_id=alive_id, status=dg.DagsterRunStatus.STARTED,

@@ -95,14 +95,12 @@ sys.exit(0 if result.success else 1)
 
 @pytest.mark.slow
 def test_a_cli_compile_started_while_a_daemon_run_of_it_is_in_flight_ends_as_one_driver_alone(
-        tmp_path, monkeypatch, scripted_llm, capsys):
+        tmp_path, monkeypatch, scripted_llm, capsys, dagster_storage):
     from deep_pipeline.cli import main
     from deep_pipeline.engine.steps import next_step, run_step
 
     expected, expected_skill, expected_calls = reference(tmp_path, scripted_llm)
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "dagster.yaml").write_bytes((REPO / "dagster_home" / "dagster.yaml").read_bytes())
+    home = dagster_storage.home(tmp_path / "home")  # our dagster.yaml
     gate = KillPoint(one_edit_world(), answer_held=True)
     with served_compile(tmp_path, home, gate) as served:
         for name in ("DAGSTER_HOME", "OPENAI_API_KEY"):

@@ -72,6 +72,12 @@ def _home(create: bool = True) -> Path:
     return home
 
 
+def _no_connection_retries(record: logging.LogRecord) -> bool:
+    """dagster-postgres logs each of its connection retries (a traceback-long warning) on the
+    root logger; the CLI says in one line what failed once it gives up (cli.machine_fault)."""
+    return not record.getMessage().startswith("Retrying failed database connection")
+
+
 def _instance():
     """The instance of DAGSTER_HOME; its first-time storage setup is done once, under a lock.
 
@@ -83,6 +89,7 @@ def _instance():
     import dagster as dg
 
     home = _home()
+    logging.getLogger().addFilter(_no_connection_retries)  # added once however often we get here
     with open(home / ".setup.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         instance = dg.DagsterInstance.get()
