@@ -48,6 +48,9 @@ DEFAULT_PARALLEL = 3
 # resend). Read when a client is made, so a test can shrink them for a whole compile.
 RETRIES = 4
 BACKOFF_S = 1.0
+# A provider's Retry-After is honoured up to this; a longer ask is the provider's outage,
+# better met by failing the step (a resume carries on) than by a step that hangs.
+RETRY_AFTER_CAP_S = 60.0
 
 
 class ModelSettings(BaseModel):
@@ -70,9 +73,10 @@ class ModelTimeout(StepError):
 class _Transient(Exception):
     """A failure worth resending unchanged."""
 
-    def __init__(self, message: str, timed_out: bool) -> None:
+    def __init__(self, message: str, timed_out: bool, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.timed_out = timed_out
+        self.retry_after_s = retry_after_s  # the provider's own ask (Retry-After), if any
 
 
 class ModelClient:
@@ -221,6 +225,8 @@ class ModelClient:
                     break
                 # Exponential backoff with full jitter in its upper half.
                 wait = self.backoff_s * (2**resend) * random.uniform(0.5, 1.0)
+                # A rate limit's Retry-After says when a resend can succeed: sooner only adds to the storm.
+                wait = max(wait, min(failure.retry_after_s or 0.0, RETRY_AFTER_CAP_S))
                 if deadline is not None and time.monotonic() + wait >= deadline:
                     if failure.timed_out:  # the model was too slow for the time it had
                         raise ModelTimeout(f"{self.describe(step_key)}: no answer before its deadline ({failure})")
@@ -264,7 +270,7 @@ class ModelClient:
             timed_out = sent.failure == "timeout"
             if timed_out and deadline is not None and time.monotonic() >= deadline - 0.05:  # it had all the time left
                 raise ModelTimeout(f"{self.describe(step_key)}: no answer before its deadline ({one_line(record.error)})")
-            raise _Transient(one_line(record.error), timed_out)
+            raise _Transient(one_line(record.error), timed_out, sent.retry_after_s)
         raise StepError(f"{self.describe(step_key)} failed: {one_line(record.error)}")
 
     def _target(self, messages: list[dict]) -> tuple[str, str | None, str | None]:

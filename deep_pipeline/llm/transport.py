@@ -49,6 +49,7 @@ class SendResult(BaseModel):
     failure: Literal["access", "transient", "timeout", "other"] | None = None
     access_problem: str | None = None  # what refused the call (llm/access.py)
     key_variable: str | None = None  # the variable that would mend an access failure
+    retry_after_s: float | None = None  # how long the provider asked us to wait (a 429's Retry-After)
 
 
 class Transport(Protocol):
@@ -99,8 +100,29 @@ def _failed(litellm, request: SendRequest, error: Exception, latency: float) -> 
         return result.model_copy(update={"failure": "access", "access_problem": problem,
                                          "key_variable": key_variable(request.model, litellm)})
     if isinstance(error, tuple(getattr(litellm, name) for name in TRANSIENT)):
-        return result.model_copy(update={"failure": "timeout" if isinstance(error, litellm.Timeout) else "transient"})
+        return result.model_copy(update={"failure": "timeout" if isinstance(error, litellm.Timeout) else "transient",
+                                         "retry_after_s": retry_after(error)})
     return result.model_copy(update={"failure": "other"})
+
+
+def retry_after(error: Exception) -> float | None:
+    """Seconds the provider asked to wait before a resend (Retry-After, retry-after-ms), else None."""
+    headers = getattr(error, "litellm_response_headers", None) or getattr(getattr(error, "response", None), "headers", None)
+    if not headers:
+        return None
+    try:
+        if headers.get("retry-after-ms") is not None:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        if value.strip().replace(".", "", 1).isdigit():
+            return float(value)
+        from email.utils import parsedate_to_datetime  # the HTTP-date form
+
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, AttributeError):
+        return None  # a header we cannot read: the client's own backoff
 
 
 def _cost(litellm, response, request: SendRequest) -> float | None:
