@@ -249,10 +249,22 @@ def wait_daemon_ready(home: Path, env: dict[str, str], daemon: subprocess.Popen,
     raise RuntimeError(f"dagster-daemon: no sensor heartbeat within {timeout:.0f} s")
 
 
-def stop_daemon(daemon: subprocess.Popen) -> None:
+def stop_daemon(daemon: subprocess.Popen, home: Path | None = None) -> None:
+    """Stop the daemon, then the model workers its runs started under `home`: a worker
+    lives on in its own session, and its CPU counts only once it ended and we reaped it."""
     if daemon.poll() is None:
         os.killpg(daemon.pid, signal.SIGTERM)
     daemon.wait(timeout=120)
+    for state in (Path(home) / "model_worker").glob("*.json") if home else []:
+        try:
+            pid = json.loads(state.read_text())["pid"]
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError, KeyError):
+            continue
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            reap()  # an orphan re-parented to us (a child subreaper) ends only once reaped
+            time.sleep(0.1)
 
 
 def dagster_job(tree: Tree, env: dict[str, str], job: str, config: dict, where: Path) -> float:

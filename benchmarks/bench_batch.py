@@ -126,7 +126,7 @@ def run_batch(tree: Tree, work: Path, inputs: list[tuple[Path, Path]], overrides
             time.sleep(1)
         wall = time.monotonic() - start
     finally:
-        stop_daemon(daemon)
+        stop_daemon(daemon, home)
     return wall, children_cpu() - before - warm, home, keys, log
 
 

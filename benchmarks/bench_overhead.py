@@ -108,7 +108,7 @@ def carry_by_daemon(tree: Tree, env: dict, home: Path, work: Path, config: dict)
             time.sleep(0.5)
         return time.monotonic() - start, warm
     finally:
-        stop_daemon(daemon)
+        stop_daemon(daemon, home)
 
 
 def run_once(path: str, tree: Tree, work: Path, args: argparse.Namespace) -> Sample:
