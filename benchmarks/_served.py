@@ -37,7 +37,7 @@ from tests.served_world import answer_with, cli_env, one_edit_world, served_over
 BIN = Path(sys.executable).parent
 POSTGRES_STORAGE = {"postgres": {"postgres_db": {
     field: {"env": f"DAGSTER_PG_{var}"}
-    for field, var in (("username", "USERNAME"), ("password", "PASSWORD"), ("hostname", "HOST"),
+    for field, var in (("username", "USERNAME"), ("password", "PASSWORD"), ("hostname", "HOSTNAME"),
                        ("db_name", "DB"), ("port", "PORT"))
 }}}
 PR_SET_CHILD_SUBREAPER = 36

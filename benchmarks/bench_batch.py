@@ -73,7 +73,7 @@ from _served import (
 from tests.compile_world import SKILL, make_inputs
 from tests.scripted_openai_server import ScriptedOpenAIServer
 
-PG_VARS = ("DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_DB")
+PG_VARS = ("DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_HOSTNAME", "DAGSTER_PG_PORT", "DAGSTER_PG_DB")
 STEP_JOBS_LEFT_OUT = {"start_batch", "start_compile", "compile"}
 
 
