@@ -27,7 +27,7 @@ among a compile's runs, no run left in flight, no run failed; "database is locke
 the daemon's log (run workers write there too).
 
 --storage postgres: the runs, events and schedules go to Postgres (dagster-postgres) named by
-DAGSTER_PG_USERNAME, _PASSWORD, _HOST, _PORT, _DB, with the tree's
+DAGSTER_PG_USERNAME, _PASSWORD, _HOSTNAME, _PORT, _DB, with the tree's
 deep_pipeline/instance/dagster-postgres.yaml if it has one (else our dagster.yaml plus a
 `storage: postgres:` block); the database must hold no runs yet. The sequential half stays on
 SQLite (what a user without a daemon runs). Figures are noisy on a small shared machine.
