@@ -122,6 +122,8 @@ class ScriptedOpenAIServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length", 0))
                 raw = self.rfile.read(length)
+                if len(raw) < length:  # the caller was killed before its request was sent whole: no call
+                    return
                 exchange = Exchange(hashlib.sha256(raw).hexdigest(), time.time())
                 with server._lock:
                     server.log.append(exchange)
