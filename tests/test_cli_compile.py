@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -35,6 +36,9 @@ def test_compile_records_every_decision_as_a_materialization(tmp_path, home, scr
     assert main(["compile", str(skill), "--task", str(bundle), "--config", str(write_config(tmp_path))]) == 0
     out = capsys.readouterr().out
     assert "S_final:" in out and "report:" in out
+    # The UI hint is a command that runs as printed: this venv's dagster, not one on PATH.
+    ui = next(line for line in out.splitlines() if line.startswith("UI:")).split()
+    assert ui[1] == f"DAGSTER_HOME={home}" and Path(ui[2]).is_file() and ui[3:] == ["dev", "-m", "deep_pipeline.definitions"]
     compiles = list((home / "compiles").iterdir())
     assert len(compiles) == 1
     report = json.loads((compiles[0] / "report.json").read_text())

@@ -152,8 +152,15 @@ def _drive(args, instance, root: Path, key: str) -> int:
           f"{sum(d.accepted for d in report.decisions)} accepted; {report.usage_total.calls} model calls, {cost}")
     print(f"S_final: {report.final_skill_dir}")
     print(f"report:  {root / key / 'report.json'}")
-    print(f"UI:      DAGSTER_HOME={os.environ['DAGSTER_HOME']} dagster dev -m deep_pipeline.definitions")
+    print(f"UI:      DAGSTER_HOME={os.environ['DAGSTER_HOME']} {_dagster_command()} dev -m deep_pipeline.definitions")
     return 0
+
+
+def _dagster_command() -> str:
+    """The `dagster` beside this interpreter: `make demo` runs the CLI from .venv without activating it,
+    so a bare `dagster` would not be on the user's PATH."""
+    beside = Path(sys.executable).parent / "dagster"
+    return str(beside) if beside.is_file() else "dagster"
 
 
 def _status(args: argparse.Namespace) -> int:
