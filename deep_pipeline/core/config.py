@@ -81,8 +81,14 @@ DEFAULT_DIMENSIONS: tuple[Dimension, ...] = (
 )
 
 
+# Settings that say how the machinery runs, not what the compile decides: left out of the
+# compile's identity (SPEC §2), so raising one (a timeout, a key's variable name) and running
+# the same command again resumes the compile instead of starting a new one.
+OPERATIONAL_SETTINGS: frozenset[str] = frozenset()
+
+
 class CompileConfig(BaseModel):
-    """A compile's effective settings; part of its identity (SPEC §2)."""
+    """A compile's effective settings; all but OPERATIONAL_SETTINGS are its identity (SPEC §2)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -124,6 +130,10 @@ class CompileConfig(BaseModel):
     max_calls: int | None = Field(default=None, ge=1)
     max_usd: float | None = Field(default=None, gt=0)
     dimensions: tuple[Dimension, ...] = DEFAULT_DIMENSIONS
+
+    def identity_settings(self) -> dict:
+        """The settings that make the compile's identity (SPEC §2), as JSON values."""
+        return self.model_dump(mode="json", exclude=set(OPERATIONAL_SETTINGS))
 
     @property
     def dimension_names(self) -> list[str]:

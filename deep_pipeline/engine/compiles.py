@@ -16,7 +16,7 @@ from deep_pipeline.store import atomic_copy_tree, atomic_write_json, atomic_writ
 
 def compile_identity(package_hash: str, bundle_hash: str, config: CompileConfig) -> str:
     payload = json.dumps(
-        {"package": package_hash, "bundle": bundle_hash, "config": config.model_dump(mode="json")},
+        {"package": package_hash, "bundle": bundle_hash, "config": config.identity_settings()},
         sort_keys=True,
     )
     return sha256_text(payload)
