@@ -87,6 +87,8 @@ class TraceStep(Record):
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False  # the tool reported a failure
+    # The model's reasoning (thinking), not a message to anyone: the judge is told which it is.
+    reasoning: bool = False
 
 
 class ModelUsage(Record):

@@ -6,6 +6,7 @@ kept head or tail still validates against the step's full text. A tool result na
 the call it answers and whether it failed, before the colon so the text stays quotable:
 `[t1 step 7] tool (result of WebFetch call toolu_2, error): …`; a call shows its id
 (`-> tool call WebFetch(…) [call toolu_2]`), since parallel results come in any order.
+An agent's reasoning is marked as such (`[t1 step 2] agent (reasoning): …`), apart from its messages.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ def shorten(text: str, limit: int) -> str:
 
 
 def _answers(step: TraceStep) -> str:
-    """` (result of NAME call ID, error)` for a tool result that says what it answers."""
-    notes = []
+    """` (result of NAME call ID, error)` for a tool result that says what it answers;
+    ` (reasoning)` for the model's reasoning. Nothing for a plain step, so its line stays as it was."""
+    notes = ["reasoning"] if step.reasoning else []
     if step.tool_call_id is not None:
         notes.append(f"result of {step.tool_name + ' ' if step.tool_name else ''}call {step.tool_call_id}")
     if step.is_error:

@@ -7,8 +7,16 @@ or content parts from v1.6), `reasoning_content`, `tool_calls[]` {tool_call_id,
 function_name, arguments}, `observation` {results[] {source_call_id, content}}.
 
 An ATIF agent step bundles the model's turn with the results of its tool calls; here
-the reasoning (when given) is its own agent step before the message, and each
-observation result becomes its own `tool` step after it (SPEC §3).
+the reasoning (when given) is its own agent step before the message, marked as
+reasoning, and each observation result becomes its own `tool` step after it (SPEC §3),
+naming the call it answers (`source_call_id`) and that call's tool.
+
+Also read: a step with `is_copied_context: true` repeats context from an earlier
+trajectory (kept across a summarisation), so it is skipped, never shown twice; a
+result that only references a subagent's trajectory (`subagent_trajectory_ref[]`
+{trajectory_id, trajectory_path, session_id, extra.summary}, terminus-2's handoffs)
+becomes a step naming that trajectory and its summary; the model is `agent.model_name`,
+else the first agent step's own `model_name` (OpenHands writes it only there).
 """
 
 from __future__ import annotations
@@ -18,7 +26,16 @@ from typing import Any
 
 from deep_pipeline.core.models import ToolCall, Trace
 from deep_pipeline.errors import InputError
-from deep_pipeline.traces.common import StepList, arguments_text, block_text, first_text, integer, last_text, number
+from deep_pipeline.traces.common import (
+    REASONING,
+    StepList,
+    arguments_text,
+    block_text,
+    first_text,
+    integer,
+    last_text,
+    number,
+)
 
 _SOURCES = ("system", "user", "agent")
 
@@ -33,9 +50,11 @@ def _add_step(step: Any, index: int, steps: StepList, label: str) -> None:
     source = step.get("source")
     if source not in _SOURCES:
         raise InputError(f"{label}: steps[{index}].source: expected one of system|user|agent, got {source!r}")
+    if step.get("is_copied_context") is True:
+        return  # copied from an earlier trajectory: already seen there, not a new step
     reasoning = step.get("reasoning_content")
     if source == "agent" and isinstance(reasoning, str) and reasoning.strip():
-        steps.add("agent", reasoning, kind="agent_thought")
+        steps.add("agent", reasoning, kind=REASONING)
     calls = [
         ToolCall(name=str(call.get("function_name", "")), arguments=arguments_text(call.get("arguments")),
                  call_id=call.get("tool_call_id"))
@@ -47,7 +66,33 @@ def _add_step(step: Any, index: int, steps: StepList, label: str) -> None:
         steps.add(source, text, calls)
     for result in (step.get("observation") or {}).get("results") or []:
         if isinstance(result, dict):
-            steps.add("tool", block_text(result.get("content")))
+            steps.add_result(_result_text(result), result.get("source_call_id"))
+
+
+def _result_text(result: dict[str, Any]) -> str:
+    """A result's content, then a line per subagent trajectory it refers to (path and summary)."""
+    parts = [block_text(result.get("content"))]
+    for ref in result.get("subagent_trajectory_ref") or []:
+        if isinstance(ref, dict):
+            parts.append(_subagent_line(ref))
+    return "\n".join(p for p in parts if p)
+
+
+def _subagent_line(ref: dict[str, Any]) -> str:
+    where = next((ref[k] for k in ("trajectory_path", "trajectory_id", "session_id") if isinstance(ref.get(k), str)
+                  and ref[k]), "?")
+    extra = ref.get("extra") if isinstance(ref.get("extra"), dict) else {}
+    summary = extra.get("summary")
+    return f"[subagent trajectory {where}]" + (f" {block_text(summary)}" if summary else "")
+
+
+def _model(data: dict[str, Any], agent: dict[str, Any]) -> str | None:
+    """`agent.model_name`, else the first new agent step's `model_name` (copied ones may be older)."""
+    if isinstance(agent.get("model_name"), str) and agent["model_name"]:
+        return agent["model_name"]
+    return next((s["model_name"] for s in data["steps"] if isinstance(s, dict) and s.get("source") == "agent"
+                 and s.get("is_copied_context") is not True and isinstance(s.get("model_name"), str)
+                 and s["model_name"]), None)
 
 
 def trace_from_atif(data: dict[str, Any], *, trace_id: str, label: str) -> Trace:
@@ -60,7 +105,7 @@ def trace_from_atif(data: dict[str, Any], *, trace_id: str, label: str) -> Trace
     return Trace(
         trace_id=trace_id,
         agent=agent.get("name"),
-        model=agent.get("model_name"),
+        model=_model(data, agent),
         prompt=first_text(done, "user"),
         steps=done,
         final_output=last_text(done, "agent"),

@@ -18,6 +18,9 @@ from deep_pipeline.errors import InputError
 from deep_pipeline.inputs.jsonfile import decode_utf8, parse_json, read_bytes
 
 
+REASONING = "agent_thought"  # the kind of an agent step that is the model's reasoning, not a message
+
+
 @dataclass
 class StepDraft:
     source: StepSource
@@ -53,10 +56,25 @@ class StepList:
     def last(self) -> StepDraft | None:
         return self.drafts[-1] if self.drafts else None
 
+    def call_name(self, call_id: str | None) -> str | None:
+        """The tool named by the call `call_id`, so its result can say which tool answered."""
+        if not call_id:
+            return None
+        for draft in reversed(self.drafts):
+            for call in draft.tool_calls:
+                if call.call_id == call_id:
+                    return call.name
+        return None
+
+    def add_result(self, text: str, call_id: Any = None, *, is_error: bool = False) -> StepDraft:
+        """A tool's result as its own step, naming the call it answers when the source says."""
+        call_id = str(call_id) if isinstance(call_id, (str, int)) and str(call_id) else None
+        return self.add("tool", text, tool_call_id=call_id, tool_name=self.call_name(call_id), is_error=is_error)
+
     def steps(self) -> list[TraceStep]:
         return [
             TraceStep(step=index, source=d.source, text=d.text, tool_calls=d.tool_calls, tool_call_id=d.tool_call_id,
-                      tool_name=d.tool_name, is_error=d.is_error)
+                      tool_name=d.tool_name, is_error=d.is_error, reasoning=d.kind == REASONING)
             for index, d in enumerate(self.drafts, start=1)
         ]
 
