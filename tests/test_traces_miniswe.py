@@ -117,3 +117,30 @@ def test_steps_from_miniswe_refuses_data_without_messages():
         steps_from_miniswe({"info": {}}, origin="run.json")
     with pytest.raises(InputError, match=r"run.json: messages\[1\]: expected an object"):
         steps_from_miniswe({"messages": [{"role": "user", "content": "x"}, "oops"]}, origin="run.json")
+
+
+SWEBENCH_TEMPLATE = (
+    "<pr_description>\nConsider the following PR description:\n{{task}}\n</pr_description>\n\n"
+    "<instructions>\n# Task Instructions\nWork in the repository; submit with the magic echo.\n</instructions>"
+)
+
+
+def test_swebench_shaped_run_keeps_call_ids_failures_model_task_and_prompt(tmp_path):
+    """What `mini` writes for a SWE-bench instance (run/benchmarks/swebench.py saves `instance_id`)."""
+    path = tmp_path / "acme__reports-7.traj.json"
+    agent = DefaultAgent(toolcall_model("exit 3", "echo fixed", SUBMIT), LocalEnvironment(cwd=str(tmp_path)),
+                         system_template="You run bash.", instance_template=SWEBENCH_TEMPLATE, output_path=path)
+    agent.run("Make the report name every column.")
+    agent.save(path, {"instance_id": "acme__reports-7"})
+    data = json.loads(path.read_text())
+    codes = [m["extra"]["returncode"] for m in data["messages"] if m["role"] == "tool"]
+    assert codes == [3, 0]
+    (item,) = import_sources([path])
+    trace = item.trace
+    assert item.task_name == "acme__reports-7"
+    assert trace.model == "deterministic_toolcall"  # info.config.model.model_name
+    assert trace.prompt == "Make the report name every column."
+    assert "<instructions>" in trace.steps[1].text
+    tools = [(s.tool_call_id, s.tool_name, s.is_error) for s in trace.steps if s.source == "tool"]
+    assert tools == [("call_1", "bash", True), ("call_2", "bash", False)]
+    assert trace.final_output == "report.pdf written\n" and trace.error_category is None

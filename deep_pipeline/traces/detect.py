@@ -119,15 +119,16 @@ def _import_folder(folder: Path) -> list[ImportedTrace]:
     return found
 
 
-def _miniswe(path: Path, data: dict[str, Any]) -> Trace:
+def _miniswe(path: Path, data: dict[str, Any]) -> ImportedTrace:
     parsed = steps_from_miniswe(data, origin=str(path))
     category = exit_category(parsed.exit_status)
-    return Trace(
-        trace_id=_stem(path), agent="mini-swe-agent", prompt=first_text(parsed.steps, "user"), steps=parsed.steps,
+    trace = Trace(
+        trace_id=_stem(path), agent="mini-swe-agent", model=parsed.model, prompt=parsed.prompt, steps=parsed.steps,
         final_output=parsed.final_output, error_category=category,
         error_reason=parsed.exit_status if category else None, prompt_tokens=parsed.prompt_tokens,
         completion_tokens=parsed.completion_tokens, cost_usd=parsed.cost_usd,
     )
+    return ImportedTrace(trace=trace, source=path, format="mini-swe-agent", task_name=parsed.task_name)
 
 
 def _from_json(path: Path, data: Any) -> list[ImportedTrace]:
@@ -144,7 +145,7 @@ def _from_json(path: Path, data: Any) -> list[ImportedTrace]:
         "trajectory_format" in data or "info" in data
     ):
         with _reading(path, "mini-swe-agent trace"):
-            return [ImportedTrace(trace=_miniswe(path, data), source=path, format="mini-swe-agent")]
+            return [_miniswe(path, data)]
     raise _unknown(path)
 
 

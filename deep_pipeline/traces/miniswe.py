@@ -13,6 +13,15 @@ What mini-swe-agent writes (read from its 2.4.6 source, `agents/default.py` seri
   `{"type": "function_call_output", "output"}` items;
 - `role: "exit"`: the end, `extra.exit_status` (Submitted, LimitsExceeded,
   TimeExceeded, or an exception's class name); not Submitted -> a `system` step.
+  1.x has no exit message: its last message is a `user` one the harness wrote (the
+  submission, or the exception's text), read here like 2.x's exit message, not as the user.
+
+A tool step names the call it answers (`tool_call_id`, Responses' `call_id`) and is an
+error when the command failed: a non-zero `extra.returncode` (2.x) or `<returncode>` (1.x).
+The model is `info.config.model.model_name`; the task is the top-level `instance_id`
+(SWE-bench runs write it). The prompt is the task, not the scaffold around it: the text
+of the first user message's `<pr_description>` (1.x and 2.x SWE-bench templates put the
+instance's problem statement there), else that whole message.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deep_pipeline.core.models import ErrorCategory, ToolCall, TraceStep
 from deep_pipeline.errors import InputError
-from deep_pipeline.traces.common import StepList, arguments_text, block_text, integer, last_text, number
+from deep_pipeline.traces.common import StepList, arguments_text, block_text, first_text, integer, last_text, number
 
 _MD = MarkdownIt("commonmark")
 _COMMAND_FENCES = ("bash", "sh", "mswea_bash_command")
@@ -39,6 +48,9 @@ class MiniSweTrajectory(BaseModel):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cost_usd: float | None = None
+    model: str | None = None
+    task_name: str | None = None
+    prompt: str = ""
 
 
 def exit_category(exit_status: str | None) -> ErrorCategory | None:
@@ -81,6 +93,16 @@ def _is_observation(message: dict[str, Any], text: str, seen_agent: bool) -> boo
     return seen_agent and ("returncode" in extra or "raw_output" in extra or "<returncode>" in text)
 
 
+def _failed(message: dict[str, Any], text: str) -> bool:
+    """The command's exit code was not 0: 2.x's `extra.returncode`, else 1.x's `<returncode>` tag."""
+    code = (message.get("extra") or {}).get("returncode")
+    if code is None:
+        start = text.find("<returncode>")
+        end = text.find("</returncode>", start)
+        code = text[start + len("<returncode>"):end].strip() if 0 <= start < end else None
+    return code is not None and str(code) != "0"
+
+
 def _response_output(message: dict[str, Any], steps: StepList) -> None:
     """A Responses-API answer: message items are text, function_call items are calls."""
     texts, calls = [], []
@@ -95,26 +117,54 @@ def _response_output(message: dict[str, Any], steps: StepList) -> None:
     steps.add("agent", "\n".join(t for t in texts if t), calls)
 
 
-def _add_message(message: dict[str, Any], steps: StepList, seen_agent: bool) -> str | None:
-    """Add one message's step(s); return the exit status if it is the exit message."""
+def _add_message(message: dict[str, Any], steps: StepList, seen_agent: bool) -> None:
+    """Add one message's step(s) (the exit message is read apart, by `_exit`)."""
     role = message.get("role")
     text = block_text(message.get("content"))
     if message.get("object") == "response":
         _response_output(message, steps)
     elif message.get("type") == "function_call_output":
-        steps.add("tool", block_text(message.get("output")))
+        output = block_text(message.get("output"))
+        steps.add_result(output, message.get("call_id"), is_error=_failed(message, output))
     elif role == "assistant":
         steps.add("agent", text, _assistant_calls(message, text))
     elif role == "tool" or (role == "user" and _is_observation(message, text, seen_agent)):
-        steps.add("tool", text)
-    elif role in ("system", "user") and text.strip():  # 1.x ends with an empty user message
+        steps.add_result(text, message.get("tool_call_id"), is_error=_failed(message, text))
+    elif role in ("system", "user") and text.strip():
         steps.add(role, text)
-    elif role == "exit":
-        status = str((message.get("extra") or {}).get("exit_status") or "")
-        if status != "Submitted":
-            steps.add("system", f"exit: {status}" + (f"\n{text}" if text else ""))
-        return status
-    return None
+
+
+def _exit(status: str, text: str, steps: StepList) -> str:
+    """The harness's record of how the run ended. A submission is the final output, shown
+    once as such; any other end is a `system` step."""
+    if status != "Submitted":
+        steps.add("system", f"exit: {status}" + (f"\n{text}" if text else ""))
+    return status
+
+
+def _is_v1_exit(messages: list[Any], index: int, info: dict[str, Any], seen_agent: bool) -> bool:
+    """1.x's last message: the harness's `user` message with the submission or the error."""
+    message = messages[index]
+    return (index == len(messages) - 1 and seen_agent and bool(info.get("exit_status"))
+            and message.get("role") == "user" and not _is_observation(message, block_text(message.get("content")), True)
+            and not any(isinstance(m, dict) and m.get("role") == "exit" for m in messages))
+
+
+def _prompt(steps: list[TraceStep]) -> str:
+    """The task in the first user message's `<pr_description>`, else that whole message."""
+    text = first_text(steps, "user")
+    start, end = text.find("<pr_description>"), text.find("</pr_description>")
+    if not 0 <= start < end:
+        return text
+    task = text[start + len("<pr_description>"):end].strip()
+    lead = "Consider the following PR description:"  # mini-swe-agent's template line, not the task
+    return task[len(lead):].strip() if task.startswith(lead) else task
+
+
+def _text_field(data: dict[str, Any], *path: str) -> str | None:
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data if isinstance(data, str) and data else None
 
 
 def _token_usage(messages: list[dict[str, Any]]) -> tuple[int | None, int | None]:
@@ -141,21 +191,30 @@ def steps_from_miniswe(data: dict, *, origin: str) -> MiniSweTrajectory:
     steps = StepList()
     exit_status = None
     seen_agent = False  # a user message is an observation only once the agent has acted
+    exit_text = ""  # what the harness recorded at the end (a submission, an error)
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise InputError(f"{origin}: messages[{index}]: expected an object")
-        exit_status = _add_message(message, steps, seen_agent) or exit_status
+        if message.get("role") == "exit" or _is_v1_exit(messages, index, info, seen_agent):
+            exit_text = block_text(message.get("content"))
+            status = (message.get("extra") or {}).get("exit_status") or info.get("exit_status")
+            exit_status = _exit(str(status or ""), exit_text, steps) or exit_status
+            continue
+        _add_message(message, steps, seen_agent)
         last = steps.last()
         seen_agent = seen_agent or (last is not None and last.source == "agent")
     exit_status = str(info.get("exit_status") or exit_status or "") or None
     prompt_tokens, completion_tokens = _token_usage(messages)
     done = steps.steps()
-    submission = info.get("submission")
+    submission = _text_field(info, "submission") or (exit_text if exit_status == "Submitted" else None)
     return MiniSweTrajectory(
         steps=done,
-        final_output=submission if isinstance(submission, str) and submission else last_text(done, "agent"),
+        final_output=submission or last_text(done, "agent"),
         exit_status=exit_status,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         cost_usd=number((info.get("model_stats") or {}).get("instance_cost")),
+        model=_text_field(info, "config", "model", "model_name"),
+        task_name=_text_field(data, "instance_id"),
+        prompt=_prompt(done),
     )
