@@ -15,7 +15,12 @@ one of two shapes, both read here:
   "kind", "title", "status", "content"}`, `{"type": "agent_timeout", "timeout_sec"}`.
 
 Consecutive chunks of one kind are one step; a tool call joins the agent step it
-follows; its output is its own `tool` step, placed where the call finished.
+follows; its output is its own `tool` step, placed where the call finished, naming the
+call and its tool (an error when the call `failed`). A thought is marked as reasoning.
+
+A file none of whose lines is one of those (say `{"type": "tool_call", "tool", "args"}`
+with no call id, `{"type": "final"}`: a near-miss of the capture schema) is refused,
+naming its first line, rather than read as an empty trace.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from deep_pipeline.core.models import ErrorCategory, ToolCall, Trace
+from deep_pipeline.errors import InputError
 from deep_pipeline.inputs.jsonfile import parse_json
 from deep_pipeline.traces.common import (
     StepList,
@@ -54,12 +60,20 @@ _TERMINAL = ("completed", "failed", "cancelled")
 ACP_KINDS = frozenset(_TEXT_KINDS) | {
     "tool_call", "tool_call_update", "agent_timeout", "plan", "available_commands_update", "current_mode_update",
 }
-# BenchFlow's error categories (benchflow/_utils/scoring.py) -> SPEC §3's.
+# Every error category BenchFlow writes (benchflow/_utils/scoring.py, diagnostics.py) -> SPEC §3's.
+# The provider's failures are the machinery's (SPEC §9: api_error, run again), not the agent's;
+# a rejected request (the agent's context outgrew the model's window) is the agent's own run.
 _CATEGORIES: dict[str, ErrorCategory] = {
     "timeout": "timeout",
     "idle_timeout": "idle_timeout",
     "install_failure": "sandbox_setup",
     "infra_failure": "sandbox_setup",
+    "sandbox_setup": "sandbox_setup",
+    "provider_auth": "api_error",
+    "provider_rate_limit": "api_error",
+    "api_error": "api_error",
+    "suspected_api_error": "api_error",  # no token and no tool call: the model was never reached
+    "provider_rejected": "agent_error",
     "pipe_closed": "agent_error",
     "acp_error": "agent_error",
     "other": "agent_error",
@@ -86,14 +100,26 @@ def event_kind(event: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     return event, kind if isinstance(kind, str) else None
 
 
-def _finish_call(state: _AcpState, call_id: str) -> None:
+def _call_id(event: dict[str, Any]) -> str:
+    return str(event.get("toolCallId", event.get("tool_call_id", "")))
+
+
+def recognised(event: dict[str, Any]) -> bool:
+    """An update this reader can use: a known kind, and a tool call that names its id."""
+    event, kind = event_kind(event)
+    if kind in ("tool_call", "tool_call_update"):
+        return bool(_call_id(event))
+    return kind in ACP_KINDS
+
+
+def _finish_call(state: _AcpState, call_id: str, failed: bool = False) -> None:
     if call_id in state.open_calls:
         state.open_calls.remove(call_id)
-        state.steps.add("tool", state.outputs.pop(call_id, ""))
+        state.steps.add_result(state.outputs.pop(call_id, ""), call_id, is_error=failed)
 
 
 def _tool_call(event: dict[str, Any], state: _AcpState) -> None:
-    call_id = str(event.get("toolCallId", event.get("tool_call_id", "")))
+    call_id = _call_id(event)
     raw_input = event.get("rawInput")
     # ACP's kind (execute, read, edit, ...) names the tool; the title is the command line.
     call = ToolCall(name=str(event.get("kind") or event.get("title") or "tool"),
@@ -110,19 +136,21 @@ def _tool_call(event: dict[str, Any], state: _AcpState) -> None:
 
 
 def _tool_update(event: dict[str, Any], state: _AcpState, call_id: str | None = None) -> None:
-    call_id = call_id if call_id is not None else str(event.get("toolCallId", event.get("tool_call_id", "")))
+    call_id = call_id if call_id is not None else _call_id(event)
     text = block_text(event.get("content"))
     if text:
         # ACP updates replace the call's content; BenchFlow's records carry all of it.
         state.outputs[call_id] = text
     if event.get("status") in _TERMINAL:
-        _finish_call(state, call_id)
+        _finish_call(state, call_id, failed=event.get("status") == "failed")
 
 
 def steps_from_acp(events: list[dict[str, Any]]) -> _AcpState:
     state = _AcpState()
     for raw in events:
         event, kind = event_kind(raw)
+        if not recognised(raw):
+            continue  # a tool call with no id cannot be paired with its result
         if kind in _TEXT_KINDS:
             source, step_kind = _TEXT_KINDS[kind]
             text = event.get("text") if isinstance(event.get("text"), str) else block_text(event.get("content"))
@@ -131,7 +159,7 @@ def steps_from_acp(events: list[dict[str, Any]]) -> _AcpState:
         elif kind == "tool_call":
             _tool_call(event, state)
         elif kind == "tool_call_update":
-            known = str(event.get("toolCallId", event.get("tool_call_id", ""))) in state.seen_calls
+            known = _call_id(event) in state.seen_calls
             # An update for a call never announced still records a call (BenchFlow does the same).
             (_tool_update if known else _tool_call)(event, state)
         elif kind == "agent_timeout":
@@ -144,10 +172,17 @@ def steps_from_acp(events: list[dict[str, Any]]) -> _AcpState:
 
 
 def read_acp_events(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of an ACP JSONL file; a bad line is an error naming file:line."""
-    return [event for _, event in json_line_objects(
-        read_text(path), path, invalid="invalid JSON (truncated file?): {msg}",
-        not_object="expected a JSON object per line")]
+    """The JSON objects of an ACP JSONL file; a bad line is an error naming file:line, and so
+    is a file of which no line is an update this reader knows (it would read as an empty trace)."""
+    lines = list(json_line_objects(read_text(path), path, invalid="invalid JSON (truncated file?): {msg}",
+                                   not_object="expected a JSON object per line"))
+    if lines and not any(recognised(event) for _, event in lines):
+        label, event = lines[0]
+        _, kind = event_kind(event)
+        raise InputError(f"{label}: no line is an ACP session update or a BenchFlow capture record (this one: "
+                         f"type {kind!r}, keys {', '.join(sorted(event)[:6])}); expected sessionUpdate or type "
+                         "user_message|agent_message|agent_thought|tool_call with a tool_call_id")
+    return [event for _, event in lines]
 
 
 def _error(result: dict[str, Any]) -> tuple[ErrorCategory | None, str | None]:
