@@ -48,6 +48,28 @@ def test_atif_results_name_the_call_and_tool_they_answer():
     assert [(a[1], a[2]) for a in answers(older)] == [("call_a", "bash"), ("call_b", "bash")]
 
 
+def test_atif_only_result_of_a_step_answers_its_only_call(tmp_path):
+    """terminus-2 and ATIF 1.5 writers leave `source_call_id` out; one call, one result is no guess."""
+    steps = [
+        {"step_id": 1, "source": "user", "message": "Say hi."},
+        {"step_id": 2, "source": "agent", "message": "", "model_name": "openai/gpt-4o",
+         "tool_calls": [{"tool_call_id": "call_0_1", "function_name": "bash_command",
+                         "arguments": {"keystrokes": "echo hi\n"}}],
+         "observation": {"results": [{"content": "hi"}]}},
+        {"step_id": 3, "source": "agent", "message": "Two at once.",
+         "tool_calls": [{"tool_call_id": "a", "function_name": "bash", "arguments": {}},
+                        {"tool_call_id": "b", "function_name": "bash", "arguments": {}}],
+         "observation": {"results": [{"content": "one"}, {"content": "two"}]}},
+    ]
+    path = tmp_path / "t2.trajectory.json"
+    path.write_text(json.dumps({"schema_version": "ATIF-v1.5", "session_id": "t2", "agent": {"name": "terminus-2"},
+                                "steps": steps}))
+    trace = one(path).trace
+    # Two unnamed results of two calls stay unpaired: their order is no proof.
+    assert answers(trace) == [(3, "call_0_1", "bash_command", False), (5, None, None, False), (6, None, None, False)]
+    assert trace.model == "openai/gpt-4o"
+
+
 def test_atif_copied_context_is_not_shown_twice():
     trace = one(TRACES / "atif" / "continued-handoff.trajectory.json").trace
     assert [s.source for s in trace.steps] == ["system", "tool", "user", "agent", "agent", "tool", "tool", "agent"]

@@ -9,7 +9,8 @@ function_name, arguments}, `observation` {results[] {source_call_id, content}}.
 An ATIF agent step bundles the model's turn with the results of its tool calls; here
 the reasoning (when given) is its own agent step before the message, marked as
 reasoning, and each observation result becomes its own `tool` step after it (SPEC §3),
-naming the call it answers (`source_call_id`) and that call's tool.
+naming the call it answers (`source_call_id`; a step's only result, unnamed, answers its
+only call) and that call's tool.
 
 Also read: a step with `is_copied_context: true` repeats context from an earlier
 trajectory (kept across a summarisation), so it is skipped, never shown twice; a
@@ -64,9 +65,12 @@ def _add_step(step: Any, index: int, steps: StepList, label: str) -> None:
     text = block_text(step.get("message"))
     if text or calls or source != "agent":
         steps.add(source, text, calls)
-    for result in (step.get("observation") or {}).get("results") or []:
-        if isinstance(result, dict):
-            steps.add_result(_result_text(result), result.get("source_call_id"))
+    results = [r for r in (step.get("observation") or {}).get("results") or [] if isinstance(r, dict)]
+    for result in results:
+        call_id = result.get("source_call_id")
+        if call_id is None and len(calls) == 1 and len(results) == 1:
+            call_id = calls[0].call_id  # older writers (terminus-2, ATIF 1.5) leave the only call unnamed
+        steps.add_result(_result_text(result), call_id)
 
 
 def _result_text(result: dict[str, Any]) -> str:
