@@ -175,15 +175,19 @@ def test_benchflow_near_miss_jsonl_refused_by_the_cli(tmp_path, capsys):
     assert not (tmp_path / "out.json").exists()
 
 
-def test_benchflow_stream_with_known_lines_keeps_them_and_skips_a_call_without_id(tmp_path):
+def test_benchflow_stream_with_known_lines_keeps_them_and_skips_a_near_miss_call(tmp_path):
     path = tmp_path / "run.jsonl"
     events = [{"type": "user_message", "text": "Review the notes."},
               {"type": "tool_call", "tool": "read", "args": {"path": "notes.txt"}},
-              {"type": "agent_message", "text": "Looks fine."}]
+              {"type": "agent_message", "text": "Looks fine."},
+              # BenchFlow's gemini-cli fallback: no id, but what ran.
+              {"type": "tool_call", "tool_call_id": "", "kind": "run_shell_command", "title": "ls",
+               "status": "completed", "content": "notes.txt"}]
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
     trace = one(path).trace
-    assert [(s.source, s.text, s.tool_calls) for s in trace.steps] == [
-        ("user", "Review the notes.", []), ("agent", "Looks fine.", [])]
+    assert [(s.source, s.text, [c.name for c in s.tool_calls]) for s in trace.steps] == [
+        ("user", "Review the notes.", []), ("agent", "Looks fine.", ["run_shell_command"]), ("tool", "notes.txt", [])]
+    assert answers(trace) == [(3, None, None, False)]
 
 
 # Every category BenchFlow's result.json carries today (benchflow/_utils/scoring.py, diagnostics.py).

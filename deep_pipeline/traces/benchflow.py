@@ -18,9 +18,9 @@ Consecutive chunks of one kind are one step; a tool call joins the agent step it
 follows; its output is its own `tool` step, placed where the call finished, naming the
 call and its tool (an error when the call `failed`). A thought is marked as reasoning.
 
-A file none of whose lines is one of those (say `{"type": "tool_call", "tool", "args"}`
-with no call id, `{"type": "final"}`: a near-miss of the capture schema) is refused,
-naming its first line, rather than read as an empty trace.
+A file none of whose lines is one of those (say `{"type": "tool_call", "tool", "args"}`,
+with neither call id nor kind nor title, and `{"type": "final"}`: a near-miss of the
+capture schema) is refused, naming its first line, rather than read as an empty trace.
 """
 
 from __future__ import annotations
@@ -105,10 +105,11 @@ def _call_id(event: dict[str, Any]) -> str:
 
 
 def recognised(event: dict[str, Any]) -> bool:
-    """An update this reader can use: a known kind, and a tool call that names its id."""
+    """An update this reader can use: a known kind, and a tool call with its id or what it ran
+    (BenchFlow's gemini-cli fallback writes an empty id but a kind and title)."""
     event, kind = event_kind(event)
     if kind in ("tool_call", "tool_call_update"):
-        return bool(_call_id(event))
+        return any(event.get(key) for key in ("toolCallId", "tool_call_id", "kind", "title", "rawInput"))
     return kind in ACP_KINDS
 
 
@@ -150,7 +151,7 @@ def steps_from_acp(events: list[dict[str, Any]]) -> _AcpState:
     for raw in events:
         event, kind = event_kind(raw)
         if not recognised(raw):
-            continue  # a tool call with no id cannot be paired with its result
+            continue  # a near-miss record (a tool call naming neither its id nor what it ran)
         if kind in _TEXT_KINDS:
             source, step_kind = _TEXT_KINDS[kind]
             text = event.get("text") if isinstance(event.get("text"), str) else block_text(event.get("content"))
@@ -181,7 +182,7 @@ def read_acp_events(path: Path) -> list[dict[str, Any]]:
         _, kind = event_kind(event)
         raise InputError(f"{label}: no line is an ACP session update or a BenchFlow capture record (this one: "
                          f"type {kind!r}, keys {', '.join(sorted(event)[:6])}); expected sessionUpdate or type "
-                         "user_message|agent_message|agent_thought|tool_call with a tool_call_id")
+                         "user_message|agent_message|agent_thought|tool_call with tool_call_id, kind, title")
     return [event for _, event in lines]
 
 
