@@ -191,3 +191,24 @@ def test_into_refuses_a_trace_of_another_task_or_agent_unless_forced(tmp_path, c
     assert "its agent is 'mini-swe-agent', not" in capsys.readouterr().err
     assert main(["import-traces", str(TRIAL), "--into", str(bundle), "-o", str(out), "--force"]) == 0
     assert json.loads(out.read_text())["task_name"] == "3d-scan-calc"
+
+
+def test_a_trial_named_on_its_own_without_its_log_says_so(tmp_path, capsys):
+    trial = copy_trial(tmp_path)
+    (trial / "agent" / "claude-code.txt").unlink()
+    shutil.rmtree(trial / "agent" / "command-1")
+    assert main(["import-traces", str(trial), "-o", str(tmp_path / "b.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"deep-pipeline: error: {trial}: no agent log (looked for") and "\n" not in err
+
+
+def test_an_agent_timeout_without_the_phase_fields_is_still_a_timeout(tmp_path):
+    trial = copy_trial(tmp_path)
+    result = json.loads((trial / "result.json").read_text())
+    del result["agent_execution"]  # older result.json files lack the phases
+    result["exception_info"] = {"exception_type": "AgentTimeoutError", "exception_message": "timed out after 900 s"}
+    (trial / "result.json").write_text(json.dumps(result))
+    assert import_sources([trial])[0].trace.error_category == "timeout"
+    result["exception_info"] = {"exception_type": "RuntimeError", "exception_message": "boom"}
+    (trial / "result.json").write_text(json.dumps(result))
+    assert import_sources([trial])[0].trace.error_category == "agent_error"

@@ -167,6 +167,8 @@ def _import_folder(folder: Path, skipped: list[Skipped]) -> list[ImportedTrace]:
     own: list[Skipped] = []
     found = [t for child in children if (t := _job_child(child, own))]
     if not found and not any(s.refused or (s.path / "result.json").is_file() for s in own):
+        if (folder / "result.json").is_file() and ((folder / "agent").is_dir() or not children):
+            raise InputError(_not_a_rollout(folder))  # a trial named on its own, without its log
         raise _unknown(folder, " (a folder that is not a rollout and holds no rollout folders)")
     skipped.extend(own)
     return found
@@ -233,7 +235,8 @@ def _claude_stream(path: Path, text: str) -> list[ImportedTrace]:
         # Every Harbor trial's log is agent/claude-code.txt: name it after its trial.
         trace_id = harbor.trial_trace_id(trial) if trial is not None else _stem(path)
         trace, notes = harbor.stream_trace(text, origin=str(path), trial=trial, trace_id=trace_id)
-    return [ImportedTrace(trace=trace, source=path, format="claude-stream-json", notes=notes)]
+        task = _result_task(trial) if trial is not None and (trial / "result.json").is_file() else None
+    return [ImportedTrace(trace=trace, source=path, format="claude-stream-json", task_name=task, notes=notes)]
 
 
 def _from_lines(path: Path, text: str) -> list[ImportedTrace]:

@@ -83,8 +83,14 @@ _SANDBOX_WORDS = ("docker", "compose", "container", "environment", "sandbox")
 
 
 def _before_agent_ran(result: dict[str, Any], info: dict[str, Any]) -> bool:
-    """Whether the exception came before the agent's execution began (environment or agent setup)."""
-    execution = result.get("agent_execution")
+    """Whether the exception came before the agent's execution began (environment or agent setup).
+
+    Harbor writes `agent_execution: null` for an agent that never started; a result.json
+    without the field says nothing about the phase, and the text decides alone.
+    """
+    if "agent_execution" not in result:
+        return False
+    execution = result["agent_execution"]
     started = execution.get("started_at") if isinstance(execution, dict) else None
     if not started:
         return True
@@ -96,10 +102,10 @@ def _category(result: dict[str, Any], info: dict[str, Any], kind: str, message: 
     # Decided by phase and text: Harbor raises a plain RuntimeError when `docker compose` fails.
     if kind.startswith(("Verifier", "Reward")):
         return None  # the verifier failed, not the agent's run
-    if _before_agent_ran(result, info):
-        return "sandbox_setup"
     if kind == "AgentTimeoutError":
         return "timeout"
+    if _before_agent_ran(result, info):
+        return "sandbox_setup"
     if any(word in f"{kind} {message}".lower() for word in _SANDBOX_WORDS):
         return "sandbox_setup"
     return category_from_text(f"{kind} {message}")
