@@ -4,8 +4,8 @@ A trial folder holds `result.json` (trial_name, task_name, agent_info {name,
 model_info {name, provider}}, agent_result {n_input_tokens, n_output_tokens,
 cost_usd}, exception_info {exception_type, exception_message}, agent_execution
 {started_at, finished_at}) and the agent's log under `agent/`: for Claude Code,
-`agent/claude-code.txt`, its stream-json output. When that is absent, the ATIF
-`agent/trajectory.json` Harbor also writes is read instead.
+`agent/claude-code.txt`, its stream-json output. When that is absent,
+`agent/trajectory.json` is read instead: ATIF, or terminus-2's episode list.
 
 A trial's trace is named after the trial (`trial_name`, else the folder's name), also
 when its `agent/claude-code.txt` is imported on its own: every trial's log has that name.
@@ -28,8 +28,8 @@ from typing import Any
 
 from deep_pipeline.core.models import ErrorCategory, Trace
 from deep_pipeline.errors import InputError
-from deep_pipeline.traces.atif import is_atif, trace_from_atif
 from deep_pipeline.traces import terminus
+from deep_pipeline.traces.atif import is_atif, trace_from_atif
 from deep_pipeline.traces.claude_stream import ParsedStream, parse_claude_stream
 from deep_pipeline.traces.common import (
     category_from_text,
