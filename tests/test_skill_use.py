@@ -77,6 +77,33 @@ def test_only_agent_tool_calls_count_not_text_or_tool_output():
     assert read_skill(says("system", f"The skill is installed at {path}"), "demo", FILES) is False
 
 
+@pytest.mark.parametrize("name, arguments", [
+    ("Skill", json.dumps({"skill": "demo"})),  # Claude Code loads a skill; its text arrives injected
+    ("Skill", json.dumps({"command": "demo"})),  # older Claude Code versions
+    ("Skill", json.dumps({"skill": "tools:demo"})),  # a plugin's skill
+    ("skill", json.dumps({"skill": "demo"})),  # BenchFlow ACP: kind "skill" names the call
+    ("skill", "Skill: demo"),  # an ACP call with no rawInput keeps its title
+])
+def test_the_agents_own_skill_tool_naming_the_package_reads_the_skill(name, arguments):
+    assert read_skill(calling(name, arguments), "demo", FILES) is True
+
+
+@pytest.mark.parametrize("name, arguments", [
+    ("Skill", json.dumps({"skill": "demo-old"})),  # another skill
+    ("Skill", json.dumps({"skill": "pdf"})),
+    ("Task", json.dumps({"prompt": "use the demo skill"})),  # not the skill tool
+])
+def test_a_skill_tool_call_naming_another_skill_does_not(name, arguments):
+    assert read_skill(calling(name, arguments), "demo", FILES) is False
+
+
+def test_the_usual_claude_code_trace_counts_as_read_not_no_rollout_read_it():
+    uses = [skill_use(calling("Skill", json.dumps({"skill": "demo"})), skill_name="demo", package_files=FILES,
+                      unit_text=UNIT)]
+    texts = share_texts(share(uses))
+    assert texts["read_skill"] == "1/1 traces" and "skill_use_warning" not in texts
+
+
 # -- quoted_unit -----------------------------------------------------------------------------
 
 def test_an_agent_step_quoting_a_line_or_a_wrapped_sentence_quotes_the_unit():

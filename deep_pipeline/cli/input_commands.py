@@ -4,9 +4,14 @@ None of them calls a model or starts Dagster, so they answer in well under a sec
 
 How `import-traces` fills the bundle: `--task-name` / `--prompt` when given; else the
 task name the rollouts' result.json files agree on, and the prompt of the first
-imported trace that has one (its recorded prompt, else its first user step). A bundle
-needs both; without them the command stops and says which option to give. `--into`
-adds the traces to an existing bundle and keeps its task, prompt and task_dir.
+imported trace that has one (its recorded prompt, else its first user step, else for a
+Harbor trial the `-p` argument of `agent/command-<n>/command.txt` or the task's
+`instruction.md`; the output says which). A bundle needs both; without them the command
+stops and says which option to give. `--into` adds the traces to an existing bundle and
+keeps its task, prompt and task_dir; a trace of another task or agent is refused unless
+`--force`. In a job folder a trial that cannot be imported is listed (stderr, one line
+each) and the rest are imported; it is an error only when nothing was imported, or with
+`--strict` when any trial was refused.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--task-dir", type=Path, metavar="DIR", help="the task's files (stored relative to the bundle)")
     imp.add_argument("--agent", help="the agent that produced the traces")
     imp.add_argument("--agent-model", help="the model that agent ran with")
-    imp.add_argument("--force", action="store_true", help="replace an existing output bundle")
+    imp.add_argument("--force", action="store_true",
+                     help="replace an existing output bundle; with --into, add traces of another task or agent")
+    imp.add_argument("--strict", action="store_true",
+                     help="fail (write nothing) when any trial of a job folder is refused")
     imp.set_defaults(handler=import_command)
 
     schema = subparsers.add_parser("schema", help="print the task bundle JSON Schema")
@@ -177,6 +186,16 @@ def _check_new_ids(imported: list[Any], existing: list[dict[str, Any]], into: Pa
             raise InputError(f"{item.source}: trace id {item.trace.trace_id!r} is already in {into}")
 
 
+def _check_same_task(imported: list[Any], base: dict[str, Any], into: Path) -> None:
+    """Refuse a trace the bundle's task or agent did not make (a SWE-bench run into a Harbor task's bundle)."""
+    for item in imported:
+        for what, theirs, ours in (("task", item.task_name, base.get("task_name")),
+                                   ("agent", item.trace.agent, base.get("agent"))):
+            if theirs and ours and theirs != ours:
+                raise InputError(f"{item.source}: its {what} is {theirs!r}, not {into}'s {ours!r}; "
+                                 "use --force to add it anyway")
+
+
 def _fill_prompts(traces: list[Trace], prompt: str) -> list[Trace]:
     # A trace's prompt is the task's prompt unless its source recorded its own.
     return [t if t.prompt.strip() else t.model_copy(update={"prompt": prompt}) for t in traces]
@@ -203,19 +222,35 @@ def _write_bundle(output: Path, bundle: TaskBundle) -> None:
         raise InputError(f"{output}: cannot write: {exc.strerror or exc}") from None
 
 
-def import_command(args: argparse.Namespace) -> int:
-    from deep_pipeline.traces.detect import import_sources
+def _imported(args: argparse.Namespace) -> tuple[list[Any], str]:
+    """The traces at the paths, and the counts of a job folder's trials that gave none (listed on stderr)."""
+    from deep_pipeline.traces.detect import import_all
 
+    result = import_all(args.paths)
+    for skipped in result.skipped:
+        print(f"{'refused' if skipped.refused else 'skipped'}: {skipped.reason}", file=sys.stderr)
+    refused, others = len(result.refused), len(result.skipped) - len(result.refused)
+    if not result.imported and result.skipped:
+        raise InputError(f"{args.output}: nothing imported ({refused} refused, {others} skipped); nothing written")
+    if args.strict and refused:
+        raise InputError(f"{args.output}: --strict and {refused} trial{'s' if refused != 1 else ''} refused; "
+                         "nothing written")
+    return result.imported, f", {refused} refused, {others} skipped" if result.skipped else ""
+
+
+def import_command(args: argparse.Namespace) -> int:
     if args.into is not None and (args.task_name or args.prompt is not None or args.prompt_file or args.task_dir):
         raise InputError("--into keeps the existing bundle's task; drop --task-name/--prompt/--task-dir")
     _check_output(args.output)
     same_file = args.into is not None and args.into.resolve() == args.output.resolve()
     if args.output.exists() and not (same_file or args.force):
         raise InputError(f"{args.output}: already exists; use --into {args.output} to add to it, or --force")
-    imported = import_sources(args.paths)
+    imported, counts = _imported(args)
     if args.into is not None:
         base = load_bundle(args.into).bundle.model_dump(mode="json")
         _check_new_ids(imported, base["traces"], args.into)
+        if not args.force:
+            _check_same_task(imported, base, args.into)
         if not same_file and base.get("task_dir") is not None:
             task_dir = resolve_task_dir(base["task_dir"], args.into, str(args.into))
             base["task_dir"] = os.path.relpath(task_dir, args.output.resolve().parent)
@@ -225,9 +260,17 @@ def import_command(args: argparse.Namespace) -> int:
     base["traces"] = base["traces"] + [t.model_dump(mode="json") for t in traces]
     bundle: TaskBundle = validate_bundle(base, str(args.output))
     _write_bundle(args.output, bundle)
-    print(f"{args.output}: {bundle.task_name}, {len(traces)} trace{'s' if len(traces) != 1 else ''} imported "
-          f"({len(bundle.traces)} in the bundle)")
+    _report(args.output, bundle, imported, counts)
     return 0
+
+
+def _report(output: Path, bundle: TaskBundle, imported: list[Any], counts: str) -> None:
+    n = len(imported)
+    print(f"{output}: {bundle.task_name}, {n} trace{'s' if n != 1 else ''} imported "
+          f"({len(bundle.traces)} in the bundle){counts}")
+    for item in imported:
+        for note in item.notes:
+            print(f"  {item.trace.trace_id}: {note}")
 
 
 def schema_command(args: argparse.Namespace) -> int:

@@ -13,6 +13,11 @@ name a file of the installed package:
 2. or the skill's folder (`skill/<name>` or `skills/<name>`) and, as a word of its own,
    one of the package's file names (`cd skills/demo && cat SKILL.md`).
 
+3. or a call of the agent's own skill tool naming the package: Claude Code's
+   `Skill({"skill": "<name>"})` (older versions: `{"command": "<name>"}`), BenchFlow ACP's
+   `kind: "skill"` call; the skill's text then arrives injected, no file is opened.
+   A plugin's `plugin:<name>` counts too; another skill's name does not.
+
 Listing the folder (`ls skills/demo`) is not reading it. A tool step's output is not
 looked at: it shows what came back, not what the agent opened.
 
@@ -42,6 +47,7 @@ from deep_pipeline.core.models import Record, Trace
 
 MIN_QUOTE_CHARS = 30
 TOOL_CALL_RUNNERS = ("command", "mini-swe-agent")
+SKILL_TOOL = "skill"  # lower-cased: Claude Code's `Skill`, ACP's kind `skill`
 NO_READ_WARNING = "no rollout read the skill: the judge cannot have seen it used"
 
 # A file name must stand alone: `SKILL.md` is not `SKILL.md.bak` nor `MYSKILL.md`.
@@ -92,6 +98,20 @@ def _call_strings(trace: Trace) -> Iterable[str]:
             yield from decoded_strings(call.arguments)
 
 
+def _skill_tool_calls(trace: Trace) -> Iterable[str]:
+    """The arguments of the agent's calls of a skill tool (Claude Code `Skill`, ACP kind `skill`)."""
+    for step in trace.steps:
+        if step.source == "agent":
+            yield from (call.arguments for call in step.tool_calls if call.name.lower() == SKILL_TOOL)
+
+
+def _names_skill(arguments: str, skill_name: str) -> bool:
+    # JSON arguments name it as a value; an ACP title or raw text may say "Skill: <name>".
+    strings = decoded_strings(arguments) or [arguments]
+    word = re.compile(rf"(?:^|[\s:/\"'])({re.escape(skill_name)})(?:$|[\s\"'])")
+    return any(s.strip() == skill_name or word.search(s.strip()) for s in strings)
+
+
 def _read_patterns(skill_name: str, package_files: list[str]) -> tuple[re.Pattern, re.Pattern, re.Pattern]:
     files = "|".join(re.escape(f) for f in sorted(package_files, key=len, reverse=True)) or r"(?!)"
     name = re.escape(skill_name)
@@ -102,7 +122,9 @@ def _read_patterns(skill_name: str, package_files: list[str]) -> tuple[re.Patter
 
 
 def read_skill(trace: Trace, skill_name: str, package_files: list[str]) -> bool:
-    """Whether an agent tool call opens a file of the installed package (module docstring)."""
+    """Whether an agent tool call opens a file of the package or loads it as a skill (module docstring)."""
+    if any(_names_skill(args, skill_name) for args in _skill_tool_calls(trace)):
+        return True
     by_path, folder, file_word = _read_patterns(skill_name, package_files)
     for text in _call_strings(trace):
         if by_path.search(text) or (folder.search(text) and file_word.search(text)):

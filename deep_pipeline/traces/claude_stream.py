@@ -2,6 +2,7 @@
 
 One JSON object per line:
 - `{"type": "system", ...}`: session set-up; not a step (it holds the tool list, not a message);
+  the `init` line names the model (else the assistant messages do: `message.model`);
 - `{"type": "assistant", "message": {"id", "content": [text | thinking | tool_use]}}`:
   agent steps; Claude Code writes one line per content block, so consecutive lines of
   one message id are merged into one step;
@@ -51,6 +52,7 @@ class ParsedStream(BaseModel):
     is_error: bool = False
     bad_lines: int = 0
     saw_result: bool = False  # a stream cut off before its result line has none
+    model: str | None = None  # from the init line, else the first assistant message
 
 
 SKILL_TOOL = "Skill"
@@ -188,6 +190,15 @@ def _account(event: dict[str, Any], parsed: ParsedStream) -> None:
         parsed.completion_tokens = integer(usage.get("output_tokens"))
 
 
+def _note_model(event: dict[str, Any], parsed: ParsedStream) -> None:
+    if parsed.model is not None:
+        return
+    message = event.get("message") if event.get("type") == "assistant" else event
+    model = message.get("model") if isinstance(message, dict) and event.get("type") in ("system", "assistant") else None
+    if isinstance(model, str) and model and not model.startswith("<"):  # `<synthetic>`: Claude Code's own text
+        parsed.model = model
+
+
 def parse_claude_stream(text: str, *, origin: str) -> ParsedStream:
     """Parse Claude Code stream-json text; `origin` names the source in log messages."""
     steps = StepList()
@@ -205,6 +216,7 @@ def parse_claude_stream(text: str, *, origin: str) -> ParsedStream:
             parsed.bad_lines += 1
             continue
         kind = event.get("type")
+        _note_model(event, parsed)
         if kind == "assistant":
             message_id = _assistant(event, steps, message_id, calls)
             continue

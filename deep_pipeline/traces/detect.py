@@ -2,9 +2,14 @@
 
 Folders: a BenchFlow rollout, a Harbor trial, or a folder whose subfolders are those
 (a BenchFlow job or Harbor job folder). Files: our Trace / Trace list / task bundle
-JSON, Trace JSONL, ATIF JSON, mini-swe-agent trajectory JSON, Claude Code stream-json,
-or an ACP event stream. Anything else is an error naming the path and the formats
-looked for.
+JSON, Trace JSONL, ATIF JSON, mini-swe-agent trajectory JSON, a terminus-2 episode list,
+Claude Code stream-json (lines that are not JSON, like the shell's noise before it in
+Harbor's `command-<n>/stdout.txt`, are skipped and counted), or an ACP event stream.
+Anything else is an error naming the path and the formats looked for.
+
+In a job folder one bad trial does not stop the rest: each subfolder that is refused (it
+is a rollout that cannot be imported) or skipped (it holds no agent log, or no result.json)
+is listed with its reason in `ImportResult.skipped`; the caller decides what that means.
 """
 
 from __future__ import annotations
@@ -20,8 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from deep_pipeline.core.models import Trace
 from deep_pipeline.errors import InputError
 from deep_pipeline.inputs.jsonfile import decode_utf8, parse_json, read_bytes
-from deep_pipeline.traces import atif, benchflow, harbor, native
-from deep_pipeline.traces.claude_stream import parse_claude_stream
+from deep_pipeline.traces import atif, benchflow, harbor, native, terminus
 from deep_pipeline.traces.common import first_text, json_lines, read_object
 from deep_pipeline.traces.miniswe import exit_category, steps_from_miniswe
 
@@ -30,6 +34,7 @@ FORMATS = (
     "Trace JSONL",
     "BenchFlow rollout folder (result.json + trajectory/acp_trajectory.jsonl)",
     "Harbor trial folder (result.json + agent/claude-code.txt or agent/trajectory.json)",
+    "terminus-2 episode list JSON ([{episode, prompt, response}])",
     "ATIF trajectory JSON (schema_version, steps)",
     "mini-swe-agent trajectory JSON (info, messages)",
     "Claude Code stream-json",
@@ -48,6 +53,28 @@ class ImportedTrace(BaseModel):
     format: str
     task_name: str | None = None
     prompt: str | None = None  # a bundle's prompt, when imported from a bundle
+    notes: list[str] = []  # what the import had to work out: where the prompt came from, lines skipped
+
+
+class Skipped(BaseModel):
+    """A job folder's subfolder that gave no trace, and why (one line)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: Path
+    reason: str
+    refused: bool  # a rollout that could not be imported; else not a rollout at all
+
+
+class ImportResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    imported: list[ImportedTrace] = []
+    skipped: list[Skipped] = []
+
+    @property
+    def refused(self) -> list[Skipped]:
+        return [s for s in self.skipped if s.refused]
 
 
 # What a reader raises when a field holds JSON of the wrong shape (a string where an
@@ -104,18 +131,46 @@ def _rollout_folder(folder: Path) -> ImportedTrace | None:
                                  task_name=_result_task(folder))
     if harbor.is_harbor_trial(folder):
         with _reading(folder, "Harbor trial"):
-            return ImportedTrace(trace=harbor.import_harbor(folder), source=folder, format="harbor",
-                                 task_name=_result_task(folder))
+            trace, notes = harbor.import_harbor(folder)
+            return ImportedTrace(trace=trace, source=folder, format="harbor", task_name=_result_task(folder),
+                                 notes=notes)
     return None
 
 
-def _import_folder(folder: Path) -> list[ImportedTrace]:
+def _not_a_rollout(folder: Path) -> str:
+    if not (folder / "result.json").is_file():
+        return f"{folder}: no result.json (not a finished trial or rollout)"
+    why = f"{folder}: no agent log (looked for {harbor.CLAUDE_LOG}, {harbor.ATIF_LOG}, {benchflow.TRAJECTORY})"
+    try:  # a trial that failed before its agent ran says why in result.json
+        category, reason = harbor.trial_error(read_object(folder / "result.json"))
+    except (InputError, *_SHAPE_ERRORS):
+        return why
+    return f"{why}; {category}: {_short_reason(RuntimeError(reason))}" if reason else why
+
+
+def _job_child(child: Path, skipped: list[Skipped]) -> ImportedTrace | None:
+    try:
+        item = _rollout_folder(child)
+    except InputError as exc:
+        skipped.append(Skipped(path=child, reason=str(exc), refused=True))
+        return None
+    if item is None:
+        skipped.append(Skipped(path=child, reason=_not_a_rollout(child), refused=False))
+    return item
+
+
+def _import_folder(folder: Path, skipped: list[Skipped]) -> list[ImportedTrace]:
     one = _rollout_folder(folder)
     if one is not None:
         return [one]
-    found = [t for child in sorted(p for p in folder.iterdir() if p.is_dir()) if (t := _rollout_folder(child))]
-    if not found:
+    children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    own: list[Skipped] = []
+    found = [t for child in children if (t := _job_child(child, own))]
+    if not found and not any(s.refused or (s.path / "result.json").is_file() for s in own):
+        if (folder / "result.json").is_file() and ((folder / "agent").is_dir() or not children):
+            raise InputError(_not_a_rollout(folder))  # a trial named on its own, without its log
         raise _unknown(folder, " (a folder that is not a rollout and holds no rollout folders)")
+    skipped.extend(own)
     return found
 
 
@@ -138,6 +193,12 @@ def _from_json(path: Path, data: Any) -> list[ImportedTrace]:
         return [ImportedTrace(trace=t, source=path, format="task-bundle" if bundle else "native-json",
                               task_name=bundle.task_name if bundle else None,
                               prompt=bundle.prompt if bundle else None) for t in traces]
+    if terminus.is_episode_list(data):
+        with _reading(path, "terminus-2 episode list"):
+            in_trial = path.absolute().parent.name == harbor.ATIF_LOG.parent.name
+            trace_id = harbor.trial_trace_id(path.absolute().parent.parent) if in_trial else _stem(path)
+            trace = terminus.trace_from_episodes(data, trace_id=trace_id)
+        return [ImportedTrace(trace=trace, source=path, format="terminus-2")]
     if atif.is_atif(data):
         with _reading(path, "ATIF trace"):
             return [ImportedTrace(trace=atif.import_atif(path, data), source=path, format="atif")]
@@ -149,19 +210,40 @@ def _from_json(path: Path, data: Any) -> list[ImportedTrace]:
     raise _unknown(path)
 
 
-def _first_object(text: str) -> dict[str, Any] | None:
+def _first_object(text: str, *, past_noise: bool = False) -> dict[str, Any] | None:
+    """The first line's JSON object; with `past_noise`, the first line that is one."""
     for line in json_lines(text):
         if line.strip():
             try:
                 value = json.loads(line)
             except json.JSONDecodeError:
+                if past_noise:
+                    continue
                 return None
-            return value if isinstance(value, dict) else None
+            if isinstance(value, dict) or not past_noise:
+                return value if isinstance(value, dict) else None
     return None
+
+
+def _noisy_claude_stream(text: str) -> bool:
+    """Shell noise, then a Claude Code stream (Harbor's `command-<n>/stdout.txt` starts so)."""
+    return (_first_object(text, past_noise=True) or {}).get("type") in _CLAUDE_TYPES
+
+
+def _claude_stream(path: Path, text: str) -> list[ImportedTrace]:
+    with _reading(path, "Claude Code stream-json trace"):
+        trial = harbor.trial_of_log(path)
+        # Every Harbor trial's log is agent/claude-code.txt: name it after its trial.
+        trace_id = harbor.trial_trace_id(trial) if trial is not None else _stem(path)
+        trace, notes = harbor.stream_trace(text, origin=str(path), trial=trial, trace_id=trace_id)
+        task = _result_task(trial) if trial is not None and (trial / "result.json").is_file() else None
+    return [ImportedTrace(trace=trace, source=path, format="claude-stream-json", task_name=task, notes=notes)]
 
 
 def _from_lines(path: Path, text: str) -> list[ImportedTrace]:
     first = _first_object(text)
+    if first is None and _noisy_claude_stream(text):
+        return _claude_stream(path, text)
     if first is None or native.is_trace(first):
         with _reading(path, "Trace JSONL"):
             traces = native.traces_from_jsonl(path, text)
@@ -173,17 +255,7 @@ def _from_lines(path: Path, text: str) -> list[ImportedTrace]:
             trace = benchflow.trace_from_acp_events(events, trace_id=_stem(path))
         return [ImportedTrace(trace=trace, source=path, format="acp-jsonl")]
     if first.get("type") in _CLAUDE_TYPES:
-        with _reading(path, "Claude Code stream-json trace"):
-            parsed = parse_claude_stream(text, origin=str(path))
-            trial = harbor.trial_of_log(path)
-            # Every Harbor trial's log is agent/claude-code.txt: name it after its trial.
-            trace_id = harbor.trial_trace_id(trial) if trial is not None else _stem(path)
-            trace = Trace(trace_id=trace_id, agent="claude-code", prompt=first_text(parsed.steps, "user"),
-                          steps=parsed.steps, final_output=parsed.final_output,
-                          error_category="agent_error" if parsed.is_error else None,
-                          prompt_tokens=parsed.prompt_tokens, completion_tokens=parsed.completion_tokens,
-                          cost_usd=parsed.cost_usd, model_usage=parsed.model_usage)
-        return [ImportedTrace(trace=trace, source=path, format="claude-stream-json")]
+        return _claude_stream(path, text)
     raise _unknown(path, " (JSON lines of an unknown kind)")
 
 
@@ -197,7 +269,7 @@ def _import_file(path: Path) -> list[ImportedTrace]:
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError:
-        if _first_object(text) is not None and len(json_lines(text.strip())) > 1:
+        if (_first_object(text) is not None or _noisy_claude_stream(text)) and len(json_lines(text.strip())) > 1:
             return _from_lines(path, text)
         if path.suffix == ".json":
             parse_json(text, str(path))  # raises with line and column
@@ -205,28 +277,39 @@ def _import_file(path: Path) -> list[ImportedTrace]:
     return _from_json(path, parsed)
 
 
-def _import_path(path: Path) -> list[ImportedTrace]:
+def _import_path(path: Path, skipped: list[Skipped]) -> list[ImportedTrace]:
     # The readers below name their format; this is the catch-all for what slips past them.
     with _reading(path, "trace file or rollout folder"):
         if path.is_dir():
-            return _import_folder(path)
+            return _import_folder(path, skipped)
         if path.exists():
             return _import_file(path)
     raise InputError(f"{path}: no such file or folder")
 
 
-def import_sources(paths: list[Path]) -> list[ImportedTrace]:
-    """Every trace found at `paths`, in order; duplicate trace ids are an error."""
-    imported: list[ImportedTrace] = []
+def import_all(paths: list[Path]) -> ImportResult:
+    """Every trace found at `paths`, in order, and the job folders' subfolders that gave none.
+
+    A path named here that cannot be imported is an error; so are duplicate trace ids.
+    """
+    result = ImportResult()
     for path in map(Path, paths):
-        imported.extend(_import_path(path))
+        result.imported.extend(_import_path(path, result.skipped))
     seen: dict[str, Path] = {}
-    for item in imported:
+    for item in result.imported:
         trace_id = item.trace.trace_id
         if trace_id in seen:
             raise InputError(f"{item.source}: duplicate trace id {trace_id!r} (also from {seen[trace_id]})")
         seen[trace_id] = item.source
-    return imported
+    return result
+
+
+def import_sources(paths: list[Path]) -> list[ImportedTrace]:
+    """Every trace found at `paths`, in order; an error when they hold none."""
+    result = import_all(paths)
+    if not result.imported and result.skipped:
+        raise InputError(f"nothing imported: {result.skipped[0].reason}")
+    return result.imported
 
 
 def import_traces(paths: list[Path]) -> list[Trace]:
