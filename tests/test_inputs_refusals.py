@@ -1,0 +1,152 @@
+"""Inputs that used to get through, hang or read without end are refused in one line, exit 2,
+nothing written (issue 21 items 22, 23, 24, 30, 31): an empty body, folder links that lead
+back up, a package too large, special files as the bundle, files that cannot be read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deep_pipeline.cli import main
+from deep_pipeline.store import atomic_copy_tree, package_hash
+from tests.compile_world import CONFIG, make_inputs
+
+REPO = Path(__file__).resolve().parent.parent
+BODILESS = "---\nname: demo-skill\ndescription: Write a short status update.\n---\n"
+
+
+def written(tmp: Path) -> set[Path]:
+    return {p for p in tmp.rglob("*") if "inputs" not in p.relative_to(tmp).parts}
+
+
+def refused(capsys, argv: list[str], tmp: Path, *expected: str) -> str:
+    """Exit 2, one line naming what was expected, nothing written outside the inputs."""
+    before = written(tmp)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("deep-pipeline: error: ") and "Traceback" not in err, err
+    for part in expected:
+        assert part in err, err
+    assert written(tmp) == before
+    return err
+
+
+def compile_argv(tmp: Path, skill: Path, bundle: Path) -> list[str]:
+    config = tmp / "inputs" / "compile.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    return ["compile", str(skill), "--task", str(bundle), "--config", str(config), "--quiet"]
+
+
+@pytest.fixture
+def inputs(env):
+    """A good skill and bundle under <tmp>/inputs; DAGSTER_HOME and the store not yet made."""
+    (env / "home").rmdir()
+    skill, bundle = make_inputs(env / "inputs")
+    return env, skill, bundle
+
+
+# ---------------------------------------------------------------- item 22: no body
+
+
+@pytest.mark.parametrize("body", ["", "\n", "\n  \n\t\n"])
+def test_a_skill_without_a_body_is_refused_by_validate_and_compile(inputs, capsys, scripted_llm, body):
+    tmp, skill, bundle = inputs
+    (skill / "SKILL.md").write_text(BODILESS + body)
+    refused(capsys, ["validate", str(skill)], tmp, "SKILL.md has no body to compile", str(skill / "SKILL.md"))
+    refused(capsys, compile_argv(tmp, skill, bundle), tmp, "SKILL.md has no body to compile")
+
+
+# ---------------------------------------------------------------- item 23: links leading back up
+
+
+@pytest.mark.parametrize("where", ["itself", "its parent", "a sibling that links back"])
+def test_a_folder_link_leading_back_up_is_refused_naming_the_link(inputs, capsys, scripted_llm, where):
+    tmp, skill, bundle = inputs
+    (skill / "refs").mkdir()
+    if where == "itself":
+        link = skill / "self"
+        os.symlink(".", link)
+    elif where == "its parent":
+        link = skill / "refs" / "up"
+        os.symlink("..", link)
+    else:
+        (skill / "more").mkdir()
+        os.symlink("../more", skill / "refs" / "more")
+        link = skill / "more" / "refs"
+        os.symlink("../refs", link)
+    refused(capsys, ["validate", str(skill)], tmp, f"{link}: symlink loops back")
+    refused(capsys, compile_argv(tmp, skill, bundle), tmp, f"{link}: symlink loops back")
+
+
+# ---------------------------------------------------------------- item 24: size
+
+
+def test_a_package_past_the_size_limit_is_refused_in_one_line(inputs, capsys, scripted_llm, monkeypatch):
+    tmp, skill, bundle = inputs
+    with open(skill / "data.bin", "wb") as handle:
+        handle.truncate(101 * 2**20)  # sparse: 101 MB without using the disk
+    refused(capsys, ["validate", str(skill)], tmp, str(skill), "more than the 100 MB")
+    refused(capsys, compile_argv(tmp, skill, bundle), tmp, "more than the 100 MB")
+    monkeypatch.setenv("DEEP_PIPELINE_PACKAGE_MAX_MB", "200")
+    assert main(["validate", str(skill)]) == 0
+    monkeypatch.setenv("DEEP_PIPELINE_PACKAGE_MAX_MB", "lots")
+    refused(capsys, ["validate", str(skill)], tmp, "DEEP_PIPELINE_PACKAGE_MAX_MB='lots'")
+
+
+def test_hashing_and_copying_a_package_streams_its_files(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "SKILL.md").write_text("x")
+    (package / "big.bin").write_bytes(os.urandom(2**20) * 24)  # 24 MB
+    tracemalloc.start()
+    try:
+        package_hash(package)
+        atomic_copy_tree(package, tmp_path / "copy", replace={"SKILL.md": b"y"})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20, f"peak {peak / 2**20:.1f} MB for a 24 MB file"
+    assert package_hash(tmp_path / "copy") != package_hash(package)
+    assert (tmp_path / "copy" / "big.bin").read_bytes() == (package / "big.bin").read_bytes()
+
+
+# ---------------------------------------------------------------- item 30: special files
+
+
+def test_a_fifo_as_the_bundle_is_refused_not_waited_on(inputs):
+    tmp, skill, _ = inputs
+    fifo = tmp / "inputs" / "bundle.fifo"
+    os.mkfifo(fifo)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = subprocess.run([sys.executable, "-c", "import sys; from deep_pipeline.cli import main; sys.exit(main())", "validate", str(skill), "--bundle", str(fifo)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and f"{fifo}: a named pipe (FIFO)" in run.stderr
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_a_bundle_linked_to_a_device_is_refused_unread(inputs, capsys, scripted_llm, device):
+    tmp, skill, _ = inputs
+    bundle = tmp / "inputs" / "device.json"
+    os.symlink(device, bundle)
+    refused(capsys, ["validate", str(skill), "--bundle", str(bundle)], tmp, f"{bundle}: a device file")
+    refused(capsys, compile_argv(tmp, skill, bundle), tmp, f"{bundle}: a device file")
+
+
+def test_a_json_input_past_its_size_cap_is_refused_without_being_read_whole(tmp_path):
+    from deep_pipeline.errors import InputError
+    from deep_pipeline.inputs.jsonfile import read_bytes
+
+    path = tmp_path / "bundle.json"
+    path.write_bytes(b"[" + b"0," * 2**20 + b"0]")
+    assert read_bytes(path, limit=4 * 2**20) == path.read_bytes()
+    with pytest.raises(InputError, match=f"^{path}: larger than 1 MB; expected a file of at most that size$"):
+        read_bytes(path, limit=2**20)
