@@ -150,3 +150,50 @@ def test_a_json_input_past_its_size_cap_is_refused_without_being_read_whole(tmp_
     assert read_bytes(path, limit=4 * 2**20) == path.read_bytes()
     with pytest.raises(InputError, match=f"^{path}: larger than 1 MB; expected a file of at most that size$"):
         read_bytes(path, limit=2**20)
+
+
+# ---------------------------------------------------------------- item 31: unreadable input, durations
+
+
+def run_without_root_reads(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI in a process whose root has lost the power to read any file (CAP_DAC_*), so a
+    mode-000 file is unreadable to it as to any user."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to make a file unreadable to the process")
+    drop = "-dac_override,-dac_read_search"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", sys.executable, "-c",
+                           "import sys; from deep_pipeline.cli import main; sys.exit(main())", *argv],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
+
+
+@pytest.mark.parametrize("unreadable", ["SKILL.md", "notes.txt", "folder", "config"])
+def test_unreadable_input_is_bad_input_exit_2_nothing_written(inputs, unreadable):
+    tmp, skill, bundle = inputs
+    argv = compile_argv(tmp, skill, bundle)
+    target = {"config": tmp / "inputs" / "compile.yaml", "folder": skill / "refs"}.get(unreadable, skill / unreadable)
+    if unreadable == "folder":
+        target.mkdir()
+        (target / "a.md").write_text("a")
+    target.chmod(0)
+    for command in ([["validate", str(skill)]] if unreadable != "config" else []) + [argv]:
+        run = run_without_root_reads(command, tmp)
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.count("\n") == 1 and f"{target}: cannot read: Permission denied" in run.stderr, run.stderr
+    assert not (tmp / "home").exists() and not (tmp / "store").exists()
+
+
+@pytest.mark.parametrize("value", [1e308, float("inf"), 7 * 24 * 3600 + 1])
+def test_a_duration_setting_past_a_week_is_refused(inputs, capsys, scripted_llm, value):
+    tmp, skill, bundle = inputs
+    argv = compile_argv(tmp, skill, bundle)
+    Path(argv[argv.index("--config") + 1]).write_text(yaml.safe_dump({**CONFIG, "rollout_timeout_s": value}))
+    refused(capsys, argv, tmp, "compile.yaml: rollout_timeout_s: Input should be less than or equal to 604800")
+
+
+def test_a_verifier_timeout_past_a_week_is_refused():
+    from deep_pipeline.engine.evaluation import evaluate
+    from deep_pipeline.errors import InputError
+
+    with pytest.raises(InputError, match="--verifier-timeout: 1e[+]308; expected .* at most 604800"):
+        evaluate(None, verifier_timeout_s=1e308)
