@@ -197,3 +197,13 @@ def test_a_verifier_timeout_past_a_week_is_refused():
 
     with pytest.raises(InputError, match="--verifier-timeout: 1e[+]308; expected .* at most 604800"):
         evaluate(None, verifier_timeout_s=1e308)
+
+
+def test_a_read_only_store_is_refused_before_dagster_home_is_initialised(inputs, capsys, scripted_llm, monkeypatch):
+    from tests.test_cli_machine_faults import tmpfs
+
+    tmp, skill, bundle = inputs
+    with tmpfs(tmp / "store", "ro,size=1m") as store:
+        refused(capsys, compile_argv(tmp, skill, bundle), tmp / "inputs", f"{store}: compile store cannot be written")
+    assert not (tmp / "home" / "dagster.yaml").exists()
+    assert not any((tmp / "home").iterdir()) if (tmp / "home").exists() else True
