@@ -207,3 +207,35 @@ def test_a_read_only_store_is_refused_before_dagster_home_is_initialised(inputs,
         refused(capsys, compile_argv(tmp, skill, bundle), tmp / "inputs", f"{store}: compile store cannot be written")
     assert not (tmp / "home" / "dagster.yaml").exists()
     assert not any((tmp / "home").iterdir()) if (tmp / "home").exists() else True
+
+
+def _used(folder: Path) -> int:
+    info = os.statvfs(folder)
+    return (info.f_blocks - info.f_bfree) * info.f_frsize
+
+
+@pytest.mark.parametrize("share", [0.75, 0.8, 0.85])
+def test_a_dagster_home_filling_up_mid_compile_ends_in_the_one_line_alone(tmp_path, monkeypatch, capsys, scripted_llm,
+                                                                          share):
+    """Dagster reports each log line it could not store straight to stderr (SQL, parameters:
+    4-6 lines); the command's one line must stand alone."""
+    from tests.compile_world import World, install_world
+    from tests.test_cli_machine_faults import compile_args, tmpfs
+
+    args = compile_args(tmp_path)
+    monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
+    with tmpfs(tmp_path / "roomy", "size=50m") as roomy:
+        monkeypatch.setenv("DAGSTER_HOME", str(roomy))
+        install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
+        assert main(args) == 0
+        needed = _used(roomy)
+    capsys.readouterr()
+    with tmpfs(tmp_path / "home", f"size={int(needed * share) // 1024}k") as home:
+        monkeypatch.setenv("DAGSTER_HOME", str(home))
+        monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store2"))
+        scripted_llm.reset()
+        install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("deep-pipeline: step failed: "), err
+        assert "no space left on device" in err and "run the same command again" in err, err
