@@ -121,15 +121,23 @@ def test_hashing_and_copying_a_package_streams_its_files(tmp_path):
 # ---------------------------------------------------------------- item 30: special files
 
 
-def test_a_fifo_as_the_bundle_is_refused_not_waited_on(inputs):
-    tmp, skill, _ = inputs
+def test_a_fifo_as_the_bundle_or_a_device_as_the_config_is_refused_not_waited_on(inputs):
+    tmp, skill, bundle = inputs
     fifo = tmp / "inputs" / "bundle.fifo"
     os.mkfifo(fifo)
+    cli = [sys.executable, "-c", "import sys; from deep_pipeline.cli import main; sys.exit(main())"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    run = subprocess.run([sys.executable, "-c", "import sys; from deep_pipeline.cli import main; sys.exit(main())", "validate", str(skill), "--bundle", str(fifo)],
-                         capture_output=True, text=True, timeout=300, env=env)
-    assert run.returncode == 2, run.stderr
-    assert run.stderr.count("\n") == 1 and f"{fifo}: a named pipe (FIFO)" in run.stderr
+    for argv in (["validate", str(skill), "--bundle", str(fifo)], compile_argv(tmp, skill, fifo)):
+        run = subprocess.run([*cli, *argv], capture_output=True, text=True, timeout=300, env=env)
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.count("\n") == 1 and f"{fifo}: a named pipe (FIFO)" in run.stderr
+    argv = compile_argv(tmp, skill, bundle)
+    config = Path(argv[argv.index("--config") + 1])
+    config.unlink()
+    os.symlink("/dev/zero", config)
+    run = subprocess.run([*cli, *argv], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and f"{config}: a device file" in run.stderr, run.stderr
+    assert not (tmp / "home").exists() and not (tmp / "store").exists()
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
