@@ -59,6 +59,12 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def sha256_file(path: Path) -> str:
+    """A file's sha256, read in chunks: a large file of a package is never held in memory whole."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
 def sha256_text(text: str) -> str:
     return sha256_bytes(text.encode("utf-8"))
 
@@ -160,7 +166,7 @@ def package_hash(root: Path) -> str:
     for rel in package_files(root):
         digest.update(rel.as_posix().encode("utf-8"))
         digest.update(b"\0")
-        digest.update(sha256_bytes((Path(root) / rel).read_bytes()).encode("ascii"))
+        digest.update(sha256_file(Path(root) / rel).encode("ascii"))
         digest.update(b"\n")
     return digest.hexdigest()
 

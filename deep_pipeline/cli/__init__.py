@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 
-from deep_pipeline.errors import InputError, StepError
+from deep_pipeline.errors import InputError, StepError, one_line
 
 # Modules that add subcommands: each has register(subparsers).
 _COMMAND_MODULES = ("deep_pipeline.cli.input_commands", "deep_pipeline.cli.compile_commands",
@@ -32,6 +32,44 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    stderr = sys.stderr
+    sys.stderr = quiet = _WithoutDagsterLogFailures(stderr)
+    try:
+        code = _run(args)
+    finally:
+        sys.stderr = stderr
+    if code == 0 and quiet.dropped:  # the command went on: say once what Dagster could not store
+        print(f"deep-pipeline: warning: {len(quiet.dropped)} log line(s) were not stored in the Dagster event log "
+              f"({one_line(quiet.dropped[0].splitlines()[0], 200)})", file=sys.stderr)
+    return code
+
+
+class _WithoutDagsterLogFailures:
+    """sys.stderr without Dagster's report of a log line it could not store.
+
+    Dagster writes that report (the SQL and its parameters, 4-6 lines on a full disk)
+    straight to sys.stderr, before the step fails; the command's own one line says
+    what failed. Each report is one write() starting with DAGSTER_LOG_FAILURE.
+    """
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.dropped: list[str] = []
+
+    def write(self, text: str) -> int:
+        if text.startswith(DAGSTER_LOG_FAILURE):
+            self.dropped.append(text)
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+DAGSTER_LOG_FAILURE = "Exception while writing logger call to event log"
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.handler(args) or 0)
     except InputError as exc:

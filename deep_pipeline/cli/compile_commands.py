@@ -105,6 +105,15 @@ def _store_root() -> Path:
     return root
 
 
+def _writable_store() -> Path:
+    """The compile store, after DAGSTER_HOME and the store were both found writable; neither
+    is initialised yet (no dagster.yaml, no storage), so a refusal leaves nothing behind."""
+    from deep_pipeline.store import require_writable_folder
+
+    require_writable_folder(homes.export_dagster_home(), "DAGSTER_HOME")
+    return _store_root()
+
+
 def _overrides(args: argparse.Namespace) -> dict:
     from deep_pipeline.engine.settings import read_config_file
 
@@ -124,8 +133,8 @@ def _compile(args: argparse.Namespace) -> int:
     origin = str(args.config or "options")
     # Bad input is refused before DAGSTER_HOME is touched.
     check_inputs(args.skill_dir, args.task, effective_config(load_deployment(), overrides, origin))
+    root = _writable_store()  # a store we cannot write is refused before the home is initialised
     instance = _instance()
-    root = _store_root()
     record, new = register_with_overrides(instance, root, args.skill_dir, args.task, overrides, origin, announce=False)
     _say(args, f"{'registered' if new else 'resuming'} compile {record.key} in {root / record.key}")
     return _drive(args, instance, root, record.key)
@@ -137,8 +146,9 @@ def _resume(args: argparse.Namespace) -> int:
     _home(create=False)
     root = homes.store_root()
     find_compile(root, args.compile_key)  # an unknown compile is refused before the home is touched
+    root = _writable_store()
     instance = _instance()
-    return _drive(args, instance, _store_root(), args.compile_key)
+    return _drive(args, instance, root, args.compile_key)
 
 
 def _drive(args, instance, root: Path, key: str) -> int:

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"rollouts per side (default {DEFAULT_ROLLOUTS}, at least 1)")
     p.add_argument("--verifier-timeout", type=float, default=DEFAULT_VERIFIER_TIMEOUT_S, metavar="SECONDS",
                    help=f"a verifier still running then is killed with its process group and counts as a fail "
-                   f"(default {DEFAULT_VERIFIER_TIMEOUT_S:g})")
+                   f"(default {DEFAULT_VERIFIER_TIMEOUT_S:g}, at most 604800: a week)")
     p.add_argument("--json", action="store_true", help="print the result record as JSON")
     p.add_argument("--quiet", action="store_true", help="no line per rollout")
     p.set_defaults(handler=_evaluate)

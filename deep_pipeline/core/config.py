@@ -12,6 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 RunnerName = Literal["chat", "mini-swe-agent", "command", "replay"]
 
+# The longest any duration setting may be (a week): deadlines are clock times, and a
+# timeout of 1e308 s overflowed them into "timestamp out of range" on every rollout.
+DURATION_MAX_S = 7 * 24 * 3600.0
+
 
 class Dimension(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -126,7 +130,7 @@ class CompileConfig(BaseModel):
     regressions_need_evidence: bool = True
     descent_ceiling: float = Field(default=3.5, ge=1, le=5)
     min_paragraphs: int = Field(default=2, ge=1)
-    rollout_timeout_s: float = Field(default=600.0, gt=0)
+    rollout_timeout_s: float = Field(default=600.0, gt=0, le=DURATION_MAX_S)
     max_calls: int | None = Field(default=None, ge=1)
     max_usd: float | None = Field(default=None, gt=0)
     dimensions: tuple[Dimension, ...] = DEFAULT_DIMENSIONS

@@ -16,7 +16,7 @@ from deep_pipeline.defs.assets.output import compile_report, final_skill
 from deep_pipeline.defs.partitions import compiles_partitions, iterations_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.records import CandidateRecord, EditRecord, Report
-from deep_pipeline.store import package_files, read_model, sha256_text
+from deep_pipeline.store import package_files, read_model, sha256_file, sha256_text
 
 
 @dg.asset_check(asset=candidate_package, partitions_def=iterations_partitions, description="The candidate keeps the section list and the front matter.")
@@ -44,7 +44,9 @@ def final_differs_only_in_skill_md(context: dg.AssetCheckExecutionContext, store
     cdir = store.context(context.partition_key).cdir
     before, after = cdir.input_skill, cdir.final_skill
     files_before, files_after = package_files(before), package_files(after)
-    differing = [str(p) for p in files_after if p.as_posix() != "SKILL.md" and (before / p).read_bytes() != (after / p).read_bytes()]
+    # Compared by streamed hashes: a large file of the package is never held in memory (twice).
+    differing = [str(p) for p in files_after if p.as_posix() != "SKILL.md" and p in files_before
+                 and sha256_file(before / p) != sha256_file(after / p)]
     same_list = files_before == files_after
     return dg.AssetCheckResult(passed=same_list and not differing, metadata={"same_file_list": same_list, "other_files_changed": differing})
 

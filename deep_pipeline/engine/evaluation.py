@@ -32,6 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deep_pipeline.core.config import DURATION_MAX_S
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace
 from deep_pipeline.core.stats import Interval, newcombe_difference, wilson
 from deep_pipeline.engine.compile_dir import CompileDir
@@ -57,7 +58,7 @@ class EvaluationSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     verifier: str
-    verifier_timeout_s: float = Field(gt=0)
+    verifier_timeout_s: float = Field(gt=0, le=DURATION_MAX_S)
 
 
 class EvaluatedRollout(BaseModel):
@@ -136,8 +137,9 @@ def evaluate(
     progress: Progress | None = None,
 ) -> EvaluationResult:
     """Roll out S_fast and S_final `rollouts` times each, verify each, store and return the figures."""
-    if not verifier_timeout_s > 0:
-        raise InputError(f"--verifier-timeout: {verifier_timeout_s:g}; expected a number of seconds above 0")
+    if not 0 < verifier_timeout_s <= DURATION_MAX_S:
+        raise InputError(f"--verifier-timeout: {verifier_timeout_s:g}; expected a number of seconds above 0 "
+                         f"and at most {DURATION_MAX_S:g} (a week)")
     record, report, template = check_request(cdir, verifier, rollouts)
     spec = EvaluationSpec(verifier=template, verifier_timeout_s=verifier_timeout_s)
     with _evaluation_lock(cdir):

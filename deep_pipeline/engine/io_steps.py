@@ -17,6 +17,7 @@ from deep_pipeline.store import (
     atomic_write_json,
     package_hash,
     read_model,
+    sha256_bytes,
     sha256_text,
 )
 
@@ -155,7 +156,8 @@ def report_step(ctx: StepContext) -> Report:
     history, state, action = outlook.history, outlook.state, outlook.action
     final_sha = sha256_text(state.current_skill_text)
     written = cdir.final_skill / "SKILL.md"
-    if not written.is_file() or sha256_text(written.read_text(encoding="utf-8")) != final_sha:
+    # Bytes, not read_text: its newline translation turned CRLF and CR into LF (SPEC §4).
+    if not written.is_file() or sha256_bytes(written.read_bytes()) != final_sha:
         raise StepError(f"{cdir.final_skill}: S_final is missing or not the current SKILL.md; run final_skill first")
     record = ctx.record
     final_batch = state.current_trace_batch

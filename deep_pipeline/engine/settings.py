@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from deep_pipeline.core.config import DEFAULT_DIMENSIONS, CompileConfig, Dimension
 from deep_pipeline.errors import InputError
+from deep_pipeline.inputs.jsonfile import decode_utf8, read_bytes
 
 DEPLOYMENT_FILE = "deep_pipeline.yaml"
 
@@ -78,10 +79,9 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file (expected a YAML config)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # read_bytes: an unreadable or special file is bad input (exit 2), not a failed step
+        data = yaml.safe_load(decode_utf8(read_bytes(path, "YAML config file"), str(path)))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" line {line + 1}" if line is not None else ""

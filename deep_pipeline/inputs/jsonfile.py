@@ -8,7 +8,9 @@ for a record that does not fit its pydantic model.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +37,42 @@ _EXPECTED = {
 _JSON_TYPE = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
 
 
-def read_bytes(path: Path, what: str = "file") -> bytes:
-    """Read a file the user named, or refuse with one line saying why not."""
+# The most a JSON or YAML input file may hold: a device or a runaway file is refused
+# in one line instead of being read until memory runs out.
+INPUT_FILE_MAX_BYTES = 256 * 2**20
+
+
+def read_bytes(path: Path, what: str = "file", limit: int = INPUT_FILE_MAX_BYTES) -> bytes:
+    """Read a regular file the user named, at most `limit` bytes, or refuse with one line saying why not."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such {what}")
     if path.is_dir():
         raise InputError(f"{path}: is a folder, expected a {what}")
     try:
-        return path.read_bytes()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise InputError(f"{path}: {special_kind(mode)}; expected a regular {what}")
+            data = handle.read(limit + 1)  # a file that grows while read still stops here
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InputError(f"{path}: larger than {limit // 2**20} MB; expected a {what} of at most that size")
+    return data
+
+
+def special_kind(mode: int) -> str:
+    """What a file that is neither a regular file nor a folder is, in words."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    return "not a regular file"
 
 
 def decode_utf8(data: bytes, label: str) -> str:

@@ -6,9 +6,11 @@ A compile refuses a package (InputError, one line naming the file) when:
 
 - the folder is missing or not a folder; it has no SKILL.md, or SKILL.md is a folder;
 - SKILL.md is empty, not UTF-8 (the byte offset is given), starts with a byte order
-  mark, or holds a NUL byte;
+  mark, or holds a NUL byte; its body (after the front matter) is empty or blank;
 - any file or folder of the package is a symlink that resolves outside the package,
-  dangles, or loops, or is neither a file nor a folder (a FIFO, socket or device);
+  dangles, or loops, or leads back to a folder it sits in (the copy would never end),
+  or is neither a file nor a folder (a FIFO, socket or device), or cannot be read;
+- the package's files hold more than 100 MB together (`DEEP_PIPELINE_PACKAGE_MAX_MB`);
 - the front matter is missing (a skill needs `name` and `description`), unclosed,
   not valid YAML (the line is given), not a mapping, or has a key that is not a
   string (`1: x`);
@@ -35,8 +37,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from deep_pipeline.core.units import cut_sections
 from deep_pipeline.errors import InputError
-from deep_pipeline.inputs.jsonfile import decode_utf8
+from deep_pipeline.inputs.jsonfile import decode_utf8, read_bytes, special_kind
 from deep_pipeline.store import package_hash, sha256_bytes
 
 SKILL_FILE = "SKILL.md"
@@ -46,6 +49,10 @@ _NAME_CHARS = re.compile(r"[a-z0-9-]+")
 # The line model of markdown-it (and so of the unit cutter): \r\n, \r or \n.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _FENCE = re.compile(r"---[ \t]*")
+# The most a package may hold, all its files together (SPEC §2 leaves it open): a huge
+# extra file is refused in one line rather than hashed and copied into every iteration.
+PACKAGE_MAX_MB = 100
+PACKAGE_MAX_VARIABLE = "DEEP_PIPELINE_PACKAGE_MAX_MB"
 
 
 class SkillPackage(BaseModel):
@@ -61,45 +68,79 @@ class SkillPackage(BaseModel):
     skill_sha256: str
 
 
-def _check_regular(path: Path) -> None:
-    """Refuse a FIFO, socket or device: it cannot be hashed or copied with the package."""
+def package_max_bytes() -> int:
+    """The most a package may hold (its files' sizes, links followed as the copy follows them)."""
+    raw = os.environ.get(PACKAGE_MAX_VARIABLE, "").strip()
+    if not raw:
+        return PACKAGE_MAX_MB * 2**20
     try:
-        mode = path.lstat().st_mode
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 2**40:
+        raise InputError(f"{PACKAGE_MAX_VARIABLE}={raw!r}: expected a positive number of megabytes")
+    return int(value * 2**20)
+
+
+def _resolve_link(path: Path, root: Path) -> Path:
+    """Where a symlink of the package leads; refused when it dangles, loops or leaves the package."""
+    target = os.readlink(path)
+    try:
+        resolved = path.resolve(strict=True)
+    except (RuntimeError, OSError) as exc:
+        # Python 3.11 raises RuntimeError on a loop, 3.13 OSError(ELOOP).
+        looped = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+        why = "loops" if looped else "points nowhere"
+        raise InputError(f"{path}: symlink {why} (-> {target})") from None
+    if not resolved.is_relative_to(root):
+        raise InputError(f"{path}: symlink leaves the package (-> {target}); copy the file in instead")
+    return resolved
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return sorted(Path(folder).iterdir())
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        raise InputError(f"{path}: {_special_kind(mode)} in the package; expected only files and folders")
+        raise InputError(f"{folder}: cannot read: {exc.strerror or exc}") from None
 
 
-def _special_kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device file"
-    return "not a regular file"
+def _check_links(root: Path) -> int:
+    """Walk the package as its copy will (folder links followed) and return its size in bytes.
 
-
-def _check_links(root: Path) -> None:
-    """Refuse symlinks that leave the package, dangle or loop, and entries that are
-    neither files nor folders (SPEC §2)."""
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        for entry in sorted(dirs + files):
-            path = Path(folder) / entry
-            if not path.is_symlink():
-                _check_regular(path)
-                continue
-            target = os.readlink(path)
+    Refuses symlinks that leave the package, dangle or loop, a folder link back to a
+    folder it sits in (the copy would never end), and entries that are neither files nor
+    folders (a FIFO, socket or device: they cannot be hashed or copied) (SPEC §2).
+    """
+    size = 0
+    pending = [(root, (root,))]  # a folder and the real folders it sits in, itself included
+    while pending:
+        folder, chain = pending.pop()
+        for path in _entries(folder):
+            link = path.is_symlink()
+            real = _resolve_link(path, root) if link else Path(os.path.realpath(path))
             try:
-                resolved = path.resolve(strict=True)
-            except (RuntimeError, OSError) as exc:
-                # Python 3.11 raises RuntimeError on a loop, 3.13 OSError(ELOOP).
-                looped = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
-                why = "loops" if looped else "points nowhere"
-                raise InputError(f"{path}: symlink {why} (-> {target})") from None
-            if not resolved.is_relative_to(root):
-                raise InputError(f"{path}: symlink leaves the package (-> {target}); copy the file in instead")
+                info = real.stat()
+            except OSError as exc:
+                raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+            if stat.S_ISDIR(info.st_mode):
+                if real in chain:  # only a link can lead back up; named where it really is
+                    where = Path(os.path.realpath(path.parent)) / path.name
+                    target = os.readlink(path) if link else real
+                    raise InputError(f"{where}: symlink loops back to a folder it sits in (-> {target}); "
+                                     "copying the package would never end")
+                pending.append((path, (*chain, real)))
+            elif stat.S_ISREG(info.st_mode):
+                size += info.st_size
+            else:
+                raise InputError(f"{path}: {special_kind(info.st_mode)} in the package; expected only files and folders")
+    return size
+
+
+def _check_size(root: Path, size: int) -> None:
+    limit = package_max_bytes()
+    if size > limit:
+        raise InputError(f"{root}: the package holds {size / 2**20:.0f} MB, more than the {limit / 2**20:.0f} MB "
+                         f"a package may hold; move large files out (or raise {PACKAGE_MAX_VARIABLE})")
 
 
 def _skill_bytes(root: Path) -> tuple[Path, bytes]:
@@ -112,7 +153,7 @@ def _skill_bytes(root: Path) -> tuple[Path, bytes]:
         raise InputError(f"{skill}: is a folder, expected a markdown file")
     if not skill.is_file():
         raise InputError(f"{skill}: not a regular file")
-    data = skill.read_bytes()
+    data = read_bytes(skill, "markdown file", limit=package_max_bytes())
     if not data.strip():
         raise InputError(f"{skill}: empty; expected YAML front matter with name and description, then markdown")
     return skill, data
@@ -203,6 +244,13 @@ def _warnings(name: str, description: str, root: Path) -> list[str]:
     return warnings
 
 
+def _package_hash(root: Path) -> str:
+    try:
+        return package_hash(root)
+    except OSError as exc:  # unreadable input is bad input, like an unreadable bundle
+        raise InputError(f"{exc.filename or root}: cannot read: {exc.strerror or exc}") from None
+
+
 def load_skill(path: Path | str) -> SkillPackage:
     """Load and check a skill package; raise InputError (one line) when it is unusable."""
     given = Path(path)
@@ -211,7 +259,7 @@ def load_skill(path: Path | str) -> SkillPackage:
     if not given.is_dir():
         raise InputError(f"{given}: not a folder; expected a skill folder holding {SKILL_FILE}")
     root = given.resolve()
-    _check_links(root)
+    _check_size(given, _check_links(root))
     skill, data = _skill_bytes(root)
     label = str(given / SKILL_FILE)
     text = _decode(Path(label), data)
@@ -221,6 +269,8 @@ def load_skill(path: Path | str) -> SkillPackage:
     _check_name(name, label)
     if not description.strip():
         raise InputError(f"{label}: front matter description is blank; say what the skill is for and when to use it")
+    if not cut_sections(text):  # no unit: the first matrix would have no row
+        raise InputError(f"{label}: SKILL.md has no body to compile; expected markdown after the front matter")
     return SkillPackage(
         root=root,
         skill_text=text,
@@ -228,6 +278,6 @@ def load_skill(path: Path | str) -> SkillPackage:
         name=name,
         description=description,
         warnings=_warnings(name, description, root),
-        package_hash=package_hash(root),
+        package_hash=_package_hash(root),
         skill_sha256=sha256_bytes(data),
     )
