@@ -42,6 +42,15 @@ def provider_of(model: str) -> str:
     return model.split("/", 1)[0] if "/" in model else model
 
 
+def role_key_settings(config, role: str, api_keys: dict[str, str] | None) -> dict:
+    """ModelSettings' key fields for `role`: its key (llm/access.role_key) and the name of its variable."""
+    from deep_pipeline.llm.access import role_key
+
+    key_env = getattr(config, f"{role}_api_key_env")
+    model, api_base = getattr(config, f"{role}_model"), getattr(config, f"{role}_api_base")
+    return {"api_key": role_key(model, api_base, key_env, api_keys), "api_key_env": key_env}
+
+
 def temperature_of(config, role: str) -> float:
     """The role's sampling temperature: the config's agent and judge settings; the editor's is 0."""
     return getattr(config, f"{role}_temperature", 0.0)
@@ -66,7 +75,7 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
         timeout = {"timeout_s": config.rollout_timeout_s} if role == "agent" else {}
         return ModelClient(
             ModelSettings(model=model, api_base=api_base, max_tokens=max_tokens, temperature=temperature_of(config, role),
-                          api_key=(api_keys or {}).get(provider_of(model)), **timeout),
+                          **role_key_settings(config, role, api_keys), **timeout),
             role,
             cache_dir=cdir.llm_cache,
             calls_log=cdir.calls_log,
@@ -78,7 +87,8 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
         )
 
     agent_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,
-                                   max_tokens=config.agent_max_tokens, temperature=config.agent_temperature)
+                                   max_tokens=config.agent_max_tokens, temperature=config.agent_temperature,
+                                   **role_key_settings(config, "agent", api_keys))
     runner = make_runner(
         config,
         model_client=lambda: client(config.agent_model, config.agent_api_base, "agent"),

@@ -17,6 +17,7 @@ answer whose log line a crash prevented is logged when next served.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from deep_pipeline.secrets import redact
+from deep_pipeline.secrets import redact, secret_values
 from deep_pipeline.errors import AnswerError, ModelAccessError, StepError, one_line
 from deep_pipeline.llm import accounting
 from deep_pipeline.llm.accounting import CallRecord
@@ -64,6 +65,8 @@ class ModelSettings(BaseModel):
     # A provider key handed over by a Dagster resource; None = litellm reads the environment.
     # Excluded from dumps, so it never reaches a cache key, a record or a log.
     api_key: str | None = Field(default=None, repr=False, exclude=True)
+    # The variable `api_key` came from (`<role>_api_key_env`), named when the endpoint refuses it.
+    api_key_env: str | None = Field(default=None, exclude=True)
 
 
 class ModelTimeout(StepError):
@@ -261,7 +264,7 @@ class ModelClient:
         self._log(record)
         if sent.failure == "access":  # resending cannot mend it: stop at once, naming what to set
             raise ModelAccessError(access_line(sent.key_variable, self.role, self.settings.model, self.settings.api_base,
-                                               sent.access_problem or "refused", record.error or ""))
+                                               sent.access_problem or "refused", record.error or "", self.settings.api_key_env))
         if sent.failure in ("transient", "timeout"):
             if self.is_local:
                 from deep_pipeline.llm.local_model import forget_local_server
@@ -303,7 +306,9 @@ class ModelClient:
             cost_usd=sent.cost_usd,
             latency_s=round(sent.latency_s, 4),
             cache_hit=False,
-            error=redact(sent.error) if sent.error is not None else None,
+            # The role's own key too: its variable's name need not look secret (VLLM_AUTH).
+            error=redact(sent.error, secret_values({**os.environ, "role_api_key": self.settings.api_key or ""}))
+            if sent.error is not None else None,
             call_id=uuid.uuid4().hex,
         )
 
