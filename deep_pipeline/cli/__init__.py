@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 
+from deep_pipeline import __version__
 from deep_pipeline.errors import InputError, StepError
 
 # Modules that add subcommands: each has register(subparsers).
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="deep-pipeline",
         description="Compile an agent skill against a task: score, edit, roll out, keep what helps.",
     )
+    parser.add_argument("--version", action="version", version=f"deep-pipeline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(sub)  # a missing module is a broken install: let it show

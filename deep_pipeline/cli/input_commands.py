@@ -36,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate = subparsers.add_parser("validate", help="check a skill package (and a task bundle)")
     validate.add_argument("skill_dir", type=Path, metavar="SKILL_DIR")
     validate.add_argument("--bundle", type=Path, metavar="BUNDLE")
+    validate.add_argument("--json", action="store_true", help="print the findings as one JSON object")
     validate.set_defaults(handler=validate_command)
 
     imp = subparsers.add_parser("import-traces", help="import agent traces into a task bundle")
@@ -50,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--agent", help="the agent that produced the traces")
     imp.add_argument("--agent-model", help="the model that agent ran with")
     imp.add_argument("--force", action="store_true", help="replace an existing output bundle")
+    imp.add_argument("--json", action="store_true", help="print what was imported as one JSON object")
     imp.set_defaults(handler=import_command)
 
     schema = subparsers.add_parser("schema", help="print the task bundle JSON Schema")
@@ -108,6 +110,9 @@ def inspect_command(args: argparse.Namespace) -> int:
 def validate_command(args: argparse.Namespace) -> int:
     skill = load_skill(args.skill_dir)
     loaded = load_bundle(args.bundle) if args.bundle is not None else None  # check all before printing
+    if args.json:
+        print(json.dumps(_validation(skill, loaded), ensure_ascii=False))
+        return 0
     print(f"skill: {skill.name}")
     print(f"package sha256: {skill.package_hash}")
     print(f"SKILL.md sha256: {skill.skill_sha256}")
@@ -123,6 +128,18 @@ def validate_command(args: argparse.Namespace) -> int:
             print(f"task_dir: {loaded.task_dir}")
     print("ok")
     return 0
+
+
+def _validation(skill, loaded) -> dict[str, Any]:
+    """validate's findings as `--json` prints them: the lines of a plain run, as fields."""
+    found: dict[str, Any] = {"skill": skill.name, "package_sha256": skill.package_hash,
+                             "skill_sha256": skill.skill_sha256, "warnings": list(skill.warnings), "bundle": None}
+    if loaded is not None:
+        traces = loaded.bundle.traces
+        found["bundle"] = {"task_name": loaded.bundle.task_name, "bundle_sha256": loaded.bundle_hash,
+                           "traces": len(traces), "traces_on_this_skill": sum(t.skill_sha256 == skill.skill_sha256 for t in traces),
+                           "task_dir": str(loaded.task_dir) if loaded.task_dir is not None else None}
+    return found
 
 
 # ---------------------------------------------------------------- import-traces
@@ -225,6 +242,10 @@ def import_command(args: argparse.Namespace) -> int:
     base["traces"] = base["traces"] + [t.model_dump(mode="json") for t in traces]
     bundle: TaskBundle = validate_bundle(base, str(args.output))
     _write_bundle(args.output, bundle)
+    if args.json:
+        print(json.dumps({"output": str(args.output), "task_name": bundle.task_name, "imported": len(traces),
+                          "traces": len(bundle.traces)}, ensure_ascii=False))
+        return 0
     print(f"{args.output}: {bundle.task_name}, {len(traces)} trace{'s' if len(traces) != 1 else ''} imported "
           f"({len(bundle.traces)} in the bundle)")
     return 0
