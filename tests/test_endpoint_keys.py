@@ -107,7 +107,9 @@ def test_a_key_variable_must_be_a_name_not_a_value():
 
 
 def refused(tmp_path, **settings) -> str:
-    with ScriptedOpenAIServer([{"status": 401, "error": "bad key"}]) as server:
+    # As some servers do, the refusal quotes the key it was sent.
+    echo = f"Incorrect API key provided: {settings.get('api_key') or PLACEHOLDER_KEY}"
+    with ScriptedOpenAIServer([{"status": 401, "error": echo}]) as server:
         client = ModelClient(ModelSettings(model="openai/served", api_base=server.api_base, **settings), "judge",
                              cache_dir=tmp_path / "cache", calls_log=tmp_path / "calls.jsonl", retries=0)
         with pytest.raises(StepError) as failure:
@@ -121,8 +123,10 @@ def test_an_access_error_at_an_endpoint_names_the_roles_key_setting(tmp_path, mo
     line = refused(tmp_path)
     assert "set judge_api_key_env to the name of a variable" in line and "judge_api_base" in line
     assert "OPENAI_API_KEY" not in line
-    named = refused(tmp_path, api_key="wrong-endpoint-key-1", api_key_env="MY_VLLM_KEY")
-    assert "set MY_VLLM_KEY (named by judge_api_key_env)" in named and "wrong-endpoint-key-1" not in named
+    # A variable whose name does not look secret: its value is still blanked out of the line and the calls log.
+    named = refused(tmp_path, api_key="wrong-endpoint-key-1", api_key_env="VLLM_AUTH")
+    assert "set VLLM_AUTH (named by judge_api_key_env)" in named and "wrong-endpoint-key-1" not in named
+    assert "<redacted>" in named and "wrong-endpoint-key-1" not in (tmp_path / "calls.jsonl").read_text()
 
 
 # -- a subprocess agent on a self-hosted endpoint ----------------------------------------------
