@@ -73,6 +73,9 @@ def test_compile_and_resume_json_from_a_toml_config(tmp_path, home, scripted_llm
     assert json.loads((Path(found["report"]).parent / "compile.json").read_text())["config"]["rollouts"] == 1
     assert main(["resume", found["compile"], "--json"]) == 0
     assert one_object(capsys.readouterr().out) == found
+    assert main(["report", found["compile"], "--json"]) == 0
+    html = one_object(capsys.readouterr().out)["report_html"]
+    assert Path(html).is_file() and html.endswith(".html")
 
 
 def refused(capsys, argv: list[str]) -> str:
