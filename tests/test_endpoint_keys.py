@@ -98,6 +98,14 @@ def test_an_unset_key_variable_is_refused_at_registration(tmp_path, monkeypatch,
     assert not (tmp_path / "store").exists()
 
 
+def test_a_key_variable_without_an_endpoint_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_VLLM_KEY", VLLM_KEY)
+    skill, bundle = make_inputs(tmp_path)
+    config = CompileConfig(editor_model="local", judge_model="local", judge_api_key_env="MY_VLLM_KEY", runner="replay")
+    with pytest.raises(InputError, match=r"^config: judge_api_key_env: names the key of judge_api_base, which is not set"):
+        register_compile(tmp_path / "store", skill, bundle, config)
+
+
 def test_a_key_variable_must_be_a_name_not_a_value():
     with pytest.raises(ValueError, match="editor_api_key_env"):
         CompileConfig(editor_api_key_env="sk-abc/123=")

@@ -35,7 +35,7 @@ def check_models(config: CompileConfig, transport=None) -> None:
     if config.runner == "command" and config.agent_model == "local":  # the command agent is pointed at it too
         check_local_model("agent_model")
     for role in ("judge", "editor", "agent"):  # a named key variable must hold a key now, not at the first call
-        if problem := key_env_problem(role, getattr(config, f"{role}_api_key_env")):
+        if problem := key_env_problem(role, getattr(config, f"{role}_api_key_env"), getattr(config, f"{role}_api_base")):
             raise InputError(problem)
     if config.runner == "command" and not config.agent_command:
         raise InputError("config: agent_command: the command runner needs an agent command template")

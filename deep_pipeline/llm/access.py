@@ -41,22 +41,27 @@ def key_for(model: str, api_base: str | None, api_key: str | None) -> str | None
 
 
 def role_key(model: str, api_base: str | None, key_env: str | None, provider_keys: dict[str, str] | None) -> str | None:
-    """The key a role sends: the value of the variable its `<role>_api_key_env` names; else,
-    for its provider's own endpoint, the key a Dagster resource handed over (None: litellm
-    reads the environment); never a provider key for a `*_api_base` endpoint. Read in the
-    caller's process, from its environment, at each step: no value is ever stored."""
-    if key_env:
-        return os.environ.get(key_env) or None  # unset: key_for's placeholder, and the access line names it
+    """The key a role sends. To a `*_api_base` endpoint: the value of the variable its
+    `<role>_api_key_env` names, else none (key_for's placeholder), never a provider's key.
+    To a provider: the key a Dagster resource handed over (None: litellm reads the
+    environment). Read in the caller's process, from its environment, at each step: no
+    value is ever stored."""
     if api_base:
-        return None
+        return (os.environ.get(key_env) or None) if key_env else None
     return (provider_keys or {}).get(model.split("/", 1)[0])
 
 
-def key_env_problem(role: str, key_env: str | None) -> str | None:
-    """Why a role's named key variable cannot be used (unset or empty), else None."""
-    if key_env and not os.environ.get(key_env):
+def key_env_problem(role: str, key_env: str | None, api_base: str | None) -> str | None:
+    """Why a role's named key variable cannot be used, else None: it names the key of the
+    role's endpoint, so it needs one, and it must be set and non-empty now."""
+    if not key_env:
+        return None
+    if not api_base:
+        return (f"config: {role}_api_key_env: names the key of {role}_api_base, which is not set "
+                f"(a provider's key is read from its own variable, such as OPENAI_API_KEY)")
+    if not os.environ.get(key_env):
         return (f"config: {role}_api_key_env: {key_env} is not set in the environment "
-                f"(expected the name of a variable holding the key of the {role}'s endpoint)")
+                f"(expected the name of a variable holding the key of {role}_api_base)")
     return None
 
 
