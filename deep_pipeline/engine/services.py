@@ -62,7 +62,7 @@ def role_key_settings(config, role: str, api_keys: dict[str, str] | None) -> dic
 
     key_env = getattr(config, f"{role}_api_key_env")
     model, api_base = getattr(config, f"{role}_model"), getattr(config, f"{role}_api_base")
-    return {"api_key": role_key(model, api_base, key_env, api_keys), "api_key_env": key_env}
+    return {"api_key": role_key(api_base, key_env, (api_keys or {}).get(provider_of(model))), "api_key_env": key_env}
 
 
 def temperature_of(config, role: str) -> float:

@@ -40,15 +40,15 @@ def key_for(model: str, api_base: str | None, api_key: str | None) -> str | None
     return api_key
 
 
-def role_key(model: str, api_base: str | None, key_env: str | None, provider_keys: dict[str, str] | None) -> str | None:
+def role_key(api_base: str | None, key_env: str | None, provider_key: str | None) -> str | None:
     """The key a role sends. To a `*_api_base` endpoint: the value of the variable its
     `<role>_api_key_env` names, else none (key_for's placeholder), never a provider's key.
-    To a provider: the key a Dagster resource handed over (None: litellm reads the
+    To a provider: its key a Dagster resource handed over (None: litellm reads the
     environment). Read in the caller's process, from its environment, at each step: no
     value is ever stored."""
     if api_base:
         return (os.environ.get(key_env) or None) if key_env else None
-    return (provider_keys or {}).get(model.split("/", 1)[0])
+    return provider_key
 
 
 def key_env_problem(role: str, key_env: str | None, api_base: str | None) -> str | None:
