@@ -30,7 +30,7 @@ def key_variable(model: str, litellm=None) -> str:
     return keys[0] if keys else f"{model.split('/', 1)[0].upper()}_API_KEY"
 
 
-def key_for(model: str, api_base: str | None, api_key: str | None) -> str | None:
+def key_for(api_base: str | None, api_key: str | None) -> str | None:
     """The key to hand litellm: the configured one; for a `*_api_base` endpoint without one,
     the placeholder (litellm would otherwise send the provider's key from the environment to
     a server it does not belong to, issue 21 item 14); else None (litellm reads the

@@ -279,7 +279,7 @@ class ModelClient:
     def _target(self, messages: list[dict]) -> tuple[str, str | None, str | None]:
         """(litellm model string, api_base, api_key); keys otherwise come from the environment."""
         if not self.is_local:
-            api_key = key_for(self.settings.model, self.settings.api_base, self.settings.api_key)
+            api_key = key_for(self.settings.api_base, self.settings.api_key)
             return self.settings.model, self.settings.api_base, api_key
         from deep_pipeline.llm.local_model import check_prompt_fits, ensure_local_server
 
