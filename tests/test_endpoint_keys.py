@@ -40,15 +40,16 @@ def served(env, monkeypatch):
         yield env, models, agent
 
 
-def compile_on(tmp: Path, models: ScriptedOpenAIServer, agent: ScriptedOpenAIServer, **keys) -> Path:
-    """Run a whole compile, every role on a served endpoint; returns its folder."""
+def compile_on(tmp: Path, models: ScriptedOpenAIServer, agent: ScriptedOpenAIServer, api_keys=None, **keys) -> Path:
+    """Run a whole compile, every role on a served endpoint; returns its folder (`api_keys`: what
+    Dagster's ProviderKeysResource hands a step)."""
     overrides = {"judge_model": "openai/judge", "judge_api_base": models.api_base,
                  "editor_model": "openai/editor", "editor_api_base": models.api_base,
                  "agent_model": "openai/agent", "agent_api_base": agent.api_base,
                  "runner": "chat", "rollouts": 2, **keys}
     skill, bundle = make_inputs(tmp)
     record = register_compile(tmp / "store", skill, bundle, effective_config(load_deployment(), overrides))
-    drive(StepContext.open(tmp / "store", record.key), run_step)
+    drive(StepContext.open(tmp / "store", record.key, api_keys=api_keys), run_step)
     return tmp / "store" / record.key
 
 
@@ -60,9 +61,10 @@ def files_holding(folder: Path, secret: str) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
-def test_self_hosted_endpoints_never_see_the_users_provider_key(served):
+@pytest.mark.parametrize("handed_over", [None, {"openai": USER_KEY}], ids=["environment", "dagster-resource"])
+def test_self_hosted_endpoints_never_see_the_users_provider_key(served, handed_over):
     tmp, models, agent = served
-    compile_on(tmp, models, agent)
+    compile_on(tmp, models, agent, api_keys=handed_over)
     assert models.requests and agent.requests
     assert bearers(models) == bearers(agent) == {f"Bearer {PLACEHOLDER_KEY}"}
 
