@@ -101,8 +101,8 @@ class CompileConfig(BaseModel):
     judge_api_base: str | None = None
     editor_api_base: str | None = None
     agent_api_base: str | None = None
-    # The variable holding the key a role's endpoint wants; unset: a `*_api_base` endpoint gets
-    # no key at all, a provider its own (a key goes only to the provider it belongs to).
+    # The name of the variable holding the key of the role's `*_api_base` endpoint; unset, that
+    # endpoint gets no key at all (a key goes only to the provider it belongs to).
     judge_api_key_env: str | None = Field(default=None, pattern=VARIABLE_NAME)
     editor_api_key_env: str | None = Field(default=None, pattern=VARIABLE_NAME)
     agent_api_key_env: str | None = Field(default=None, pattern=VARIABLE_NAME)

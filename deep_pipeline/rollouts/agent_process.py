@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, ErrorCategory, Trace, TraceStep
+from deep_pipeline.llm.access import PLACEHOLDER_KEY
 from deep_pipeline.rollouts.base import (
     Progress,
     Verify,
@@ -30,7 +31,6 @@ from deep_pipeline.rollouts.sandbox import (
     make_sandbox,
     remove_orphaned_sandboxes,
 )
-from deep_pipeline.llm.access import PLACEHOLDER_KEY
 from deep_pipeline.secrets import redact, secret_values
 
 
