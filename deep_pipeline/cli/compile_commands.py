@@ -223,13 +223,9 @@ def _say(args, line: str) -> None:
 class _LiveLine(logging.Handler):
     """engine.live on a terminal: one line, overwritten as each rollout ends or column is scored."""
 
-    def __init__(self, stream) -> None:
-        super().__init__()
-        self.stream = stream
-
     def emit(self, record: logging.LogRecord) -> None:
-        self.stream.write("\r\x1b[K  " + self.format(record))
-        self.stream.flush()
+        sys.stdout.write("\r\x1b[K  " + self.format(record))
+        sys.stdout.flush()
 
 
 @contextlib.contextmanager
@@ -237,10 +233,10 @@ def _live_lines(args):
     """Live progress within a step, only on a terminal (a log or a pipe gets the step lines only)."""
     from deep_pipeline.engine.live import LIVE
 
-    if getattr(args, "quiet", False) or not _progress(args).isatty():
-        yield
+    if getattr(args, "quiet", False) or getattr(args, "json", False) or not sys.stdout.isatty():
+        yield  # --json: stdout holds the one object, and its step lines go to stderr
         return
-    handler, level = _LiveLine(_progress(args)), LIVE.level
+    handler, level = _LiveLine(), LIVE.level
     LIVE.addHandler(handler)
     LIVE.setLevel(logging.INFO)
     try:

@@ -17,7 +17,6 @@ answer whose log line a crash prevented is logged when next served.
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
@@ -62,7 +61,8 @@ class ModelSettings(BaseModel):
     temperature: float = 0.0
     max_tokens: int = 1024
     timeout_s: float = 120.0
-    # A provider key handed over by a Dagster resource; None = litellm reads the environment.
+    # The key to send (llm/access.role_key): a provider's a Dagster resource handed over, or the
+    # value of the role's `*_api_key_env`; None = litellm reads the environment.
     # Excluded from dumps, so it never reaches a cache key, a record or a log.
     api_key: str | None = Field(default=None, repr=False, exclude=True)
     # The variable `api_key` came from (`<role>_api_key_env`), named when the endpoint refuses it.
@@ -307,7 +307,7 @@ class ModelClient:
             latency_s=round(sent.latency_s, 4),
             cache_hit=False,
             # The role's own key too: its variable's name need not look secret (VLLM_AUTH).
-            error=redact(sent.error, secret_values({**os.environ, "role_api_key": self.settings.api_key or ""}))
+            error=redact(redact(sent.error), secret_values({"role_api_key": self.settings.api_key or ""}))
             if sent.error is not None else None,
             call_id=uuid.uuid4().hex,
         )
