@@ -50,8 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--task-dir", type=Path, metavar="DIR", help="the task's files (stored relative to the bundle)")
     imp.add_argument("--agent", help="the agent that produced the traces")
     imp.add_argument("--agent-model", help="the model that agent ran with")
-    imp.add_argument("--force", action="store_true", help="replace an existing output bundle")
     imp.add_argument("--json", action="store_true", help="print what was imported as one JSON object")
+    imp.add_argument("--force", action="store_true", help="replace an existing output bundle")
     imp.set_defaults(handler=import_command)
 
     schema = subparsers.add_parser("schema", help="print the task bundle JSON Schema")
