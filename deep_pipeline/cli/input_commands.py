@@ -43,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("paths", type=Path, nargs="+", metavar="PATH", help="trace files or rollout folders")
     imp.add_argument("-o", "--output", type=Path, required=True, metavar="BUNDLE", help="the bundle to write")
     imp.add_argument("--into", type=Path, metavar="EXISTING_BUNDLE", help="add the traces to this bundle")
+    imp.add_argument("--json", action="store_true", help="print what was imported as one JSON object")
     imp.add_argument("--task-name", metavar="NAME")
     prompt = imp.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", metavar="TEXT")
@@ -50,7 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--task-dir", type=Path, metavar="DIR", help="the task's files (stored relative to the bundle)")
     imp.add_argument("--agent", help="the agent that produced the traces")
     imp.add_argument("--agent-model", help="the model that agent ran with")
-    imp.add_argument("--json", action="store_true", help="print what was imported as one JSON object")
     imp.add_argument("--force", action="store_true", help="replace an existing output bundle")
     imp.set_defaults(handler=import_command)
 
