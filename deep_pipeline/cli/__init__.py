@@ -9,7 +9,6 @@ import os
 import sys
 import threading
 
-from deep_pipeline import __version__
 from deep_pipeline.errors import InputError, StepError
 
 # Modules that add subcommands: each has register(subparsers).
@@ -19,6 +18,8 @@ _COMMAND_MODULES = ("deep_pipeline.cli.input_commands", "deep_pipeline.cli.compi
 
 def build_parser() -> argparse.ArgumentParser:
     import importlib
+
+    from deep_pipeline import __version__
 
     parser = argparse.ArgumentParser(
         prog="deep-pipeline",
