@@ -100,11 +100,12 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 
 def _read_settings(path: Path) -> dict[str, Any]:
-    toml = path.suffix.lower() == ".toml"
+    return _read_toml(path) if path.suffix.lower() == ".toml" else _read_yaml(path)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise InputError(f"{path}: no such file (expected a {'TOML' if toml else 'YAML'} config)")
-    if toml:
-        return _read_toml(path)
+        raise InputError(f"{path}: no such file (expected a YAML config)")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -119,6 +120,8 @@ def _read_settings(path: Path) -> dict[str, Any]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file (expected a TOML config)")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))  # a TOML document is always a table
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
