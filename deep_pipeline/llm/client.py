@@ -61,11 +61,11 @@ class ModelSettings(BaseModel):
     temperature: float = 0.0
     max_tokens: int = 1024
     timeout_s: float = 120.0
-    # The key to send (llm/access.role_key): a provider's a Dagster resource handed over, or the
-    # value of the role's `*_api_key_env`; None = litellm reads the environment.
+    # A provider key handed over by a Dagster resource; None = litellm reads the environment.
     # Excluded from dumps, so it never reaches a cache key, a record or a log.
     api_key: str | None = Field(default=None, repr=False, exclude=True)
-    # The variable `api_key` came from (`<role>_api_key_env`), named when the endpoint refuses it.
+    # Or, for a `*_api_base` endpoint, the value of the variable `<role>_api_key_env` names
+    # (llm/access.role_key): that name, given here, is the setting an access error names.
     api_key_env: str | None = Field(default=None, exclude=True)
 
 
