@@ -45,7 +45,8 @@ def test_an_endpoint_that_needs_no_key_answers_without_one(tmp_path, monkeypatch
     assert request["authorization"].startswith("Bearer sk-")  # a placeholder, not the user's key
 
 
-@pytest.mark.parametrize("status, variable", [(401, "OPENAI_API_KEY"), (403, "OPENAI_API_KEY"),
+# A self-hosted endpoint gets no provider key: the fix named is the role's own key setting (issue 21 item 27).
+@pytest.mark.parametrize("status, variable", [(401, "editor_api_key_env"), (403, "editor_api_key_env"),
                                               (404, "editor_api_base")])
 def test_an_access_error_stops_at_once_naming_role_model_and_variable(tmp_path, monkeypatch, status, variable):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong-key-123456")

@@ -279,7 +279,7 @@ def test_report_help_names_the_default_output(capsys):
     with pytest.raises(SystemExit):
         main(["report", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "(default: <compile folder>/report.html)" in out and "[-o FILE] COMPILE" in out
+    assert "(default: <compile folder>/report.html)" in out and "[-o FILE] [--json] COMPILE" in out
 
 
 def test_the_compile_report_asset_writes_the_page_and_links_it(tmp_path, monkeypatch, scripted_llm):

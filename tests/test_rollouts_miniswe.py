@@ -65,9 +65,10 @@ def test_agent_writes_a_file_in_its_workdir_and_the_trace_shows_it(workspace, mo
         assert "HOME=" + str(workspace["sandboxes"]) in tool_steps[1]
         assert trace.prompt_tokens == 150 and trace.completion_tokens == 30  # 3 scripted calls
         assert (trace.duration_s or 0) > 0
-    # ... yet the key reached the model, and the skill (braces and all) is in the system prompt.
+    # ... nor did the user's key travel to this self-hosted endpoint (issue 21 item 14), and the
+    # skill (braces and all) is in the system prompt.
     first = server.requests[0]
-    assert first["authorization"] == "Bearer sk-parent-openai-key"
+    assert first["authorization"] == "Bearer sk-local-no-key"
     assert "Write {{ the }} answer to out.txt." in first["body"]["messages"][0]["content"]
     archived = (workspace["archive"] / "0" / "trajectory.json").read_text()
     assert json.loads(archived)["info"]["exit_status"] == "Submitted"

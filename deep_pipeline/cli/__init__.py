@@ -19,10 +19,13 @@ _COMMAND_MODULES = ("deep_pipeline.cli.input_commands", "deep_pipeline.cli.compi
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
+    from deep_pipeline import __version__
+
     parser = argparse.ArgumentParser(
         prog="deep-pipeline",
         description="Compile an agent skill against a task: score, edit, roll out, keep what helps.",
     )
+    parser.add_argument("--version", action="version", version=f"deep-pipeline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(sub)  # a missing module is a broken install: let it show

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 from deep_pipeline import home as homes
 
 MODEL_FLAGS = ("judge_model", "editor_model", "agent_model")
+JSON_HELP = "print the outcome as one JSON object on stdout (the progress lines go to stderr)"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,15 +35,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--face-value-regressions", dest="regressions_need_evidence", action="store_const", const=False,
                    help="count the judge's runtime regressions without a quote from a trace (the original design; "
                    "default: a regression needs valid evidence)")
-    p.add_argument("--config", type=Path, metavar="FILE", help="YAML of compile settings (models, runner, rollouts, iterations, "
-                   "budget, compare_orders, compare_samples, regressions_need_evidence ...; see the README's table)")
+    p.add_argument("--config", type=Path, metavar="FILE", help="compile settings in YAML, or TOML if FILE ends in .toml "
+                   "(models, runner, rollouts, iterations, budget, compare_orders, compare_samples, "
+                   "regressions_need_evidence, *_api_key_env ...; see the README's table)")
     p.add_argument("--quiet", action="store_true", help="print only where S_final and the report are")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(handler=_compile)
 
     r = sub.add_parser("resume", help="carry a registered compile on from where it stopped",
                        description="Run the next steps of a registered compile in this process until it is finalized.")
     r.add_argument("compile_key", metavar="COMPILE")
     r.add_argument("--quiet", action="store_true")
+    r.add_argument("--json", action="store_true", help=JSON_HELP)
     r.set_defaults(handler=_resume)
 
     s = sub.add_parser("status", help="list compiles and their state",
@@ -156,6 +161,9 @@ def _drive(args, instance, root: Path, key: str) -> int:
 
     with _live_lines(args):
         report = drive(instance, root, key, progress=None if args.quiet else (lambda line: _say(args, line)))
+    if getattr(args, "json", False):
+        print(json.dumps(_outcome(report, root, key)))
+        return 0
     cost = f"${report.usage_total.cost_usd:.4f}" if report.usage_total.cost_usd is not None else "unknown cost"
     stops = ", ".join(f"{lv.level}: {lv.stop_reason}" for lv in report.levels)
     print(f"{key}: {report.status} ({stops}); {len(report.decisions)} iterations, "
@@ -166,6 +174,18 @@ def _drive(args, instance, root: Path, key: str) -> int:
     return 0
 
 
+def _outcome(report, root: Path, key: str) -> dict:
+    """What `--json` prints: the lines of a plain run, as fields."""
+    return {
+        "compile": key, "status": report.status,
+        "stop_reasons": {lv.level: lv.stop_reason for lv in report.levels},
+        "iterations": len(report.decisions), "accepted": sum(d.accepted for d in report.decisions),
+        "model_calls": report.usage_total.calls, "cost_usd": report.usage_total.cost_usd,
+        "final_skill_dir": str(report.final_skill_dir), "report": str(root / key / "report.json"),
+        "dagster_home": os.environ["DAGSTER_HOME"],
+    }
+
+
 def _dagster_command() -> str:
     """The `dagster` beside this interpreter: `make demo` runs the CLI from .venv without activating it,
     so a bare `dagster` would not be on the user's PATH."""
@@ -174,8 +194,6 @@ def _dagster_command() -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
-    import json
-
     from deep_pipeline.engine.compiles import find_compile, list_compiles
     from deep_pipeline.engine.context import StepContext
     from deep_pipeline.engine.status import compile_status, format_status
@@ -200,10 +218,16 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress(args):
+    """Where progress goes: stdout, or stderr when stdout carries `--json`'s one object."""
+    return sys.stderr if getattr(args, "json", False) else sys.stdout
+
+
 def _say(args, line: str) -> None:
     if not getattr(args, "quiet", False):
+        stream = _progress(args)
         # On a terminal a live line may stand there unfinished: overwrite it.
-        print(("\r\x1b[K" if sys.stdout.isatty() else "") + line, file=sys.stdout, flush=True)
+        print(("\r\x1b[K" if stream.isatty() else "") + line, file=stream, flush=True)
 
 
 class _LiveLine(logging.Handler):
@@ -219,8 +243,8 @@ def _live_lines(args):
     """Live progress within a step, only on a terminal (a log or a pipe gets the step lines only)."""
     from deep_pipeline.engine.live import LIVE
 
-    if getattr(args, "quiet", False) or not sys.stdout.isatty():
-        yield
+    if getattr(args, "quiet", False) or getattr(args, "json", False) or not sys.stdout.isatty():
+        yield  # --json: stdout holds the one object, and its step lines go to stderr
         return
     handler, level = _LiveLine(), LIVE.level
     LIVE.addHandler(handler)

@@ -42,12 +42,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate = subparsers.add_parser("validate", help="check a skill package (and a task bundle)")
     validate.add_argument("skill_dir", type=Path, metavar="SKILL_DIR")
     validate.add_argument("--bundle", type=Path, metavar="BUNDLE")
+    validate.add_argument("--json", action="store_true", help="print the findings as one JSON object")
     validate.set_defaults(handler=validate_command)
 
     imp = subparsers.add_parser("import-traces", help="import agent traces into a task bundle")
     imp.add_argument("paths", type=Path, nargs="+", metavar="PATH", help="trace files or rollout folders")
     imp.add_argument("-o", "--output", type=Path, required=True, metavar="BUNDLE", help="the bundle to write")
     imp.add_argument("--into", type=Path, metavar="EXISTING_BUNDLE", help="add the traces to this bundle")
+    imp.add_argument("--json", action="store_true", help="print what was imported as one JSON object")
     imp.add_argument("--task-name", metavar="NAME")
     prompt = imp.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", metavar="TEXT")
@@ -117,6 +119,9 @@ def inspect_command(args: argparse.Namespace) -> int:
 def validate_command(args: argparse.Namespace) -> int:
     skill = load_skill(args.skill_dir)
     loaded = load_bundle(args.bundle) if args.bundle is not None else None  # check all before printing
+    if args.json:
+        print(json.dumps(_validation(skill, loaded), ensure_ascii=False))
+        return 0
     print(f"skill: {skill.name}")
     print(f"package sha256: {skill.package_hash}")
     print(f"SKILL.md sha256: {skill.skill_sha256}")
@@ -132,6 +137,18 @@ def validate_command(args: argparse.Namespace) -> int:
             print(f"task_dir: {loaded.task_dir}")
     print("ok")
     return 0
+
+
+def _validation(skill, loaded) -> dict[str, Any]:
+    """validate's findings as `--json` prints them: the lines of a plain run, as fields."""
+    found: dict[str, Any] = {"skill": skill.name, "package_sha256": skill.package_hash,
+                             "skill_sha256": skill.skill_sha256, "warnings": list(skill.warnings), "bundle": None}
+    if loaded is not None:
+        traces = loaded.bundle.traces
+        found["bundle"] = {"task_name": loaded.bundle.task_name, "bundle_sha256": loaded.bundle_hash,
+                           "traces": len(traces), "traces_on_this_skill": sum(t.skill_sha256 == skill.skill_sha256 for t in traces),
+                           "task_dir": str(loaded.task_dir) if loaded.task_dir is not None else None}
+    return found
 
 
 # ---------------------------------------------------------------- import-traces
@@ -222,7 +239,7 @@ def _write_bundle(output: Path, bundle: TaskBundle) -> None:
         raise InputError(f"{output}: cannot write: {exc.strerror or exc}") from None
 
 
-def _imported(args: argparse.Namespace) -> tuple[list[Any], str]:
+def _imported(args: argparse.Namespace) -> tuple[list[Any], int, int]:
     """The traces at the paths, and the counts of a job folder's trials that gave none (listed on stderr)."""
     from deep_pipeline.traces.detect import import_all
 
@@ -235,7 +252,7 @@ def _imported(args: argparse.Namespace) -> tuple[list[Any], str]:
     if args.strict and refused:
         raise InputError(f"{args.output}: --strict and {refused} trial{'s' if refused != 1 else ''} refused; "
                          "nothing written")
-    return result.imported, f", {refused} refused, {others} skipped" if result.skipped else ""
+    return result.imported, refused, others
 
 
 def import_command(args: argparse.Namespace) -> int:
@@ -245,7 +262,7 @@ def import_command(args: argparse.Namespace) -> int:
     same_file = args.into is not None and args.into.resolve() == args.output.resolve()
     if args.output.exists() and not (same_file or args.force):
         raise InputError(f"{args.output}: already exists; use --into {args.output} to add to it, or --force")
-    imported, counts = _imported(args)
+    imported, refused, skipped = _imported(args)
     if args.into is not None:
         base = load_bundle(args.into).bundle.model_dump(mode="json")
         _check_new_ids(imported, base["traces"], args.into)
@@ -260,6 +277,13 @@ def import_command(args: argparse.Namespace) -> int:
     base["traces"] = base["traces"] + [t.model_dump(mode="json") for t in traces]
     bundle: TaskBundle = validate_bundle(base, str(args.output))
     _write_bundle(args.output, bundle)
+    if args.json:
+        print(json.dumps({"output": str(args.output), "task_name": bundle.task_name, "imported": len(traces),
+                          "traces": len(bundle.traces), "refused": refused, "skipped": skipped,
+                          "notes": {item.trace.trace_id: list(item.notes) for item in imported if item.notes}},
+                         ensure_ascii=False))
+        return 0
+    counts = f", {refused} refused, {skipped} skipped" if refused or skipped else ""
     _report(args.output, bundle, imported, counts)
     return 0
 

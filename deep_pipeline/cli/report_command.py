@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from deep_pipeline import home as homes
@@ -24,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("compile_key", metavar="COMPILE")
     p.add_argument("-o", "--output", type=Path, metavar="FILE",
                    help="where to write the page (default: <compile folder>/report.html)")
+    p.add_argument("--json", action="store_true", help="print where the page is as one JSON object")
     p.set_defaults(handler=_report)
 
 
@@ -41,5 +43,5 @@ def _report(args: argparse.Namespace) -> int:
         raise InputError(f"{path}: -o: is a folder; expected the path of the HTML file to write")
     require_writable_folder(path.parent, "-o: the report's folder")
     atomic_write_text(path, page)
-    print(path)
+    print(json.dumps({"compile": args.compile_key, "report_html": str(path)}) if args.json else path)
     return 0

@@ -88,7 +88,9 @@ DEFAULT_DIMENSIONS: tuple[Dimension, ...] = (
 # Settings that say how the machinery runs, not what the compile decides: left out of the
 # compile's identity (SPEC §2), so raising one (a timeout, a key's variable name) and running
 # the same command again resumes the compile instead of starting a new one.
-OPERATIONAL_SETTINGS: frozenset[str] = frozenset()
+OPERATIONAL_SETTINGS: frozenset[str] = frozenset({"judge_api_key_env", "editor_api_key_env", "agent_api_key_env"})
+# An environment variable's name (never its value: a value in the config would land on disk).
+VARIABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class CompileConfig(BaseModel):
@@ -103,6 +105,11 @@ class CompileConfig(BaseModel):
     judge_api_base: str | None = None
     editor_api_base: str | None = None
     agent_api_base: str | None = None
+    # The name of the variable holding the key of the role's `*_api_base` endpoint; unset, that
+    # endpoint gets no key at all (a key goes only to the provider it belongs to).
+    judge_api_key_env: str | None = Field(default=None, pattern=VARIABLE_NAME)
+    editor_api_key_env: str | None = Field(default=None, pattern=VARIABLE_NAME)
+    agent_api_key_env: str | None = Field(default=None, pattern=VARIABLE_NAME)
     # Answer caps per role: the editor's bounds how long a rewritten unit may be.
     judge_max_tokens: int = Field(default=1024, ge=64)
     editor_max_tokens: int = Field(default=2048, ge=64)

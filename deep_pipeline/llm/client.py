@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from deep_pipeline.secrets import redact
+from deep_pipeline.secrets import redact, secret_values
 from deep_pipeline.errors import AnswerError, ModelAccessError, StepError, one_line
 from deep_pipeline.llm import accounting
 from deep_pipeline.llm.accounting import CallRecord
@@ -64,6 +64,9 @@ class ModelSettings(BaseModel):
     # A provider key handed over by a Dagster resource; None = litellm reads the environment.
     # Excluded from dumps, so it never reaches a cache key, a record or a log.
     api_key: str | None = Field(default=None, repr=False, exclude=True)
+    # Or, for a `*_api_base` endpoint, the value of the variable `<role>_api_key_env` names
+    # (llm/access.role_key): that name, given here, is the setting an access error names.
+    api_key_env: str | None = Field(default=None, exclude=True)
 
 
 class ModelTimeout(StepError):
@@ -261,7 +264,7 @@ class ModelClient:
         self._log(record)
         if sent.failure == "access":  # resending cannot mend it: stop at once, naming what to set
             raise ModelAccessError(access_line(sent.key_variable, self.role, self.settings.model, self.settings.api_base,
-                                               sent.access_problem or "refused", record.error or ""))
+                                               sent.access_problem or "refused", record.error or "", self.settings.api_key_env))
         if sent.failure in ("transient", "timeout"):
             if self.is_local:
                 from deep_pipeline.llm.local_model import forget_local_server
@@ -276,7 +279,7 @@ class ModelClient:
     def _target(self, messages: list[dict]) -> tuple[str, str | None, str | None]:
         """(litellm model string, api_base, api_key); keys otherwise come from the environment."""
         if not self.is_local:
-            api_key = key_for(self.settings.model, self.settings.api_base, self.settings.api_key)
+            api_key = key_for(self.settings.api_base, self.settings.api_key)
             return self.settings.model, self.settings.api_base, api_key
         from deep_pipeline.llm.local_model import check_prompt_fits, ensure_local_server
 
@@ -303,7 +306,9 @@ class ModelClient:
             cost_usd=sent.cost_usd,
             latency_s=round(sent.latency_s, 4),
             cache_hit=False,
-            error=redact(sent.error) if sent.error is not None else None,
+            # The role's own key too: its variable's name need not look secret (VLLM_AUTH).
+            error=redact(redact(sent.error), secret_values({"role_api_key": self.settings.api_key or ""}))
+            if sent.error is not None else None,
             call_id=uuid.uuid4().hex,
         )
 

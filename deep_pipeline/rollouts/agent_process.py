@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, ErrorCategory, Trace, TraceStep
+from deep_pipeline.llm.access import PLACEHOLDER_KEY
 from deep_pipeline.rollouts.base import (
     Progress,
     Verify,
@@ -62,6 +63,7 @@ class ProcessRunner:
         *,
         model: str,
         api_base: str | None = None,
+        api_key: str | None = None,
         parallel: int = 3,
         limits: SandboxLimits | None = None,
         sandbox_parent: Path | None = None,
@@ -73,6 +75,10 @@ class ProcessRunner:
         self.target_model, self.target_api_base = model, api_base  # what the agent really calls
         self.key_model: str | None = model  # whose API keys the agent's environment gets
         self.extra_env: dict[str, str] = {}
+        if api_base and model != "local":
+            # A self-hosted endpoint gets the key agent_api_key_env names, or the placeholder:
+            # never the user's provider key, which the agent's OpenAI client would send there.
+            self.key_model, self.extra_env = None, {"OPENAI_API_KEY": api_key or PLACEHOLDER_KEY}
         self.parallel = parallel
         self.limits = limits or SandboxLimits()
         self.sandbox_parent = sandbox_parent
@@ -124,7 +130,7 @@ class ProcessRunner:
         server = ensure_local_server(self.local_home)
         self.target_model, self.target_api_base = f"openai/{server.alias}", server.api_base
         # The user's OPENAI_API_KEY must not travel to our own server: a dummy key instead.
-        self.key_model, self.extra_env = None, {"OPENAI_API_KEY": "sk-local-no-key"}
+        self.key_model, self.extra_env = None, {"OPENAI_API_KEY": PLACEHOLDER_KEY}
 
     def _rollout(self, index: int, package_dir: Path, task: RolloutTask, archive_dir: Path, labels: dict,
                  verify: Verify | None = None) -> Trace:

@@ -52,7 +52,8 @@ def make_runner(
 
         return ReplayRunner(replay_traces or [])
     model, api_base = _agent_model(config, agent_settings)
-    common = dict(model=model, api_base=api_base, parallel=config.parallel, limits=limits,
+    api_key = agent_settings.api_key if agent_settings is not None else None
+    common = dict(model=model, api_base=api_base, api_key=api_key, parallel=config.parallel, limits=limits,
                   sandbox_parent=sandbox_parent, local_home=local_home, agents_dir=agents_dir)
     if config.runner == "mini-swe-agent":
         from deep_pipeline.rollouts.miniswe import MiniSweRunner
