@@ -57,7 +57,8 @@ def test_import_traces_json(tmp_path, capsys):
     out = tmp_path / "b.json"
     argv = ["import-traces", str(TRACES / "native" / "traces.jsonl"), "-o", str(out), "--task-name", "t", "--prompt", "p"]
     assert main([*argv, "--json"]) == 0
-    assert one_object(capsys.readouterr().out) == {"output": str(out), "task_name": "t", "imported": 2, "traces": 2}
+    assert one_object(capsys.readouterr().out) == {"output": str(out), "task_name": "t", "imported": 2, "traces": 2,
+                                                         "refused": 0, "skipped": 0, "notes": {}}
 
 
 def test_compile_and_resume_json_from_a_toml_config(tmp_path, home, scripted_llm, capsys):
