@@ -219,13 +219,17 @@ def test_a_record_is_trusted_only_for_its_own_process(world, caplog):
         bystander.wait()
 
 
-def test_no_agent_survives_a_sigkilled_cli_compile(world):
+@pytest.mark.parametrize("extra", [[], ESCAPE], ids=["plain", "escaped-child"])
+def test_no_agent_survives_a_sigkilled_cli_compile(world, extra):
     from tests.compile_world import CONFIG, make_inputs
+
+    if extra and not contained():
+        pytest.skip("no PID namespace on this machine: the group and marker are all there is")
 
     skill, bundle = make_inputs(world / "inputs")
     config = world / "compile.yaml"
     config.write_text(yaml.safe_dump({
-        **CONFIG, "runner": "command", "agent_command": hang_template(world / "pids"), "rollouts": 3,
+        **CONFIG, "runner": "command", "agent_command": hang_template(world / "pids", *extra), "rollouts": 3,
         "judge_model": "local", "editor_model": "local", "rollout_timeout_s": 600}))
     home = world / "dagster_home"
     home.mkdir()
