@@ -67,6 +67,8 @@ POINTS = [
     Trigger("in-second-candidate-rollout", ready=lambda w: _candidate_starts(w) >= 2, delay_s=0.4),
     Trigger("decision-written-before-the-next-matrix", ready=_has("iterations/*/decision.json")),
     Trigger("in-finalize-after-s-final", ready=_has("final/skill")),
+    # Finalized by its records, its run still STARTED, report.html not yet written (issue 21 item 25).
+    Trigger("in-finalize-after-report-json", ready=_has("report.json")),
 ]
 
 
@@ -88,3 +90,4 @@ def test_a_sigkilled_cli_compile_resumes_to_the_uninterrupted_end(tmp_path, refe
     check_rollouts(world, before, reference)
     check_instance(world.home)
     check_no_temp_files(world)
+    assert (world.compile_dir() / "report.html").is_file()  # written again if the kill came before it

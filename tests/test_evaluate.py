@@ -26,6 +26,7 @@ from deep_pipeline.engine.steps import drive, run_step
 from deep_pipeline.errors import InputError
 from deep_pipeline.rollouts.verifier import VerifierMissing
 from tests.compile_world import CONFIG, MARK, World, install_world, make_inputs
+from tests.pids import alive_in, read_pids
 
 AGENTS = Path(__file__).parent / "agents"
 AGENT = AGENTS / "skill_marker_agent.py"
@@ -100,7 +101,8 @@ def test_the_verifier_is_not_part_of_the_compile_identity_and_the_bundle_s_verif
 def test_a_hanging_verifier_is_killed_with_its_group_at_its_timeout_and_counts_as_a_fail(tmp_path, scripted_llm):
     cdir, _ = compiled(tmp_path, scripted_llm)
     pidfile = tmp_path / "verifier.pid"
-    hanging = f"sleep 120 & echo $! > {pidfile}; wait; : {{workdir}}"
+    # The child's pid and PID namespace: the verifier may run in a namespace of its own.
+    hanging = f"sh -c 'echo $$ $(readlink /proc/self/ns/pid) > {pidfile}; exec sleep 120' & wait; : {{workdir}}"
     started = time.monotonic()
     result = evaluate(cdir, verifier=hanging, rollouts=1, verifier_timeout_s=1.0)
     assert time.monotonic() - started < 30
@@ -108,15 +110,8 @@ def test_a_hanging_verifier_is_killed_with_its_group_at_its_timeout_and_counts_a
     assert set(result.final.failures.values()) == {"verifier killed after its timeout of 1 s"}
     stored = json.loads((Path(result.folder) / "rollouts" / "fast" / "eval1-fast-r0.json").read_text())
     assert stored["verdict"]["timed_out"] is True
-    assert not alive(int(pidfile.read_text()))  # the verifier's own child went with its group
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"  # a zombie runs nothing; whoever reaps it is not ours to wait for
+    [child], namespace = read_pids(pidfile)
+    assert not alive_in(child, namespace)  # the verifier's own child went with its group
 
 
 def test_a_verifier_that_is_not_found_fails_the_step_and_stores_no_verdict(tmp_path, scripted_llm):

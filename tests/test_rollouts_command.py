@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -15,6 +16,7 @@ from deep_pipeline.errors import InputError
 from deep_pipeline.rollouts import RolloutTask, SandboxLimits, make_runner
 from deep_pipeline.rollouts.command import CommandRunner, fill_template, split_template
 from deep_pipeline.rollouts.process import TRUNCATION_MARKER
+from tests.pids import alive_in, read_pids
 
 AGENTS = Path(__file__).parent / "agents"
 SKILL = "---\nname: demo\ndescription: A demo skill.\n---\n# Demo\n\nAlways write answer.txt.\n"
@@ -88,20 +90,8 @@ def test_garbage_output_is_an_agent_error_counting_bad_lines(workspace):
     assert [s.text for s in trace.steps] == ["hi"]  # what did parse is kept as evidence
 
 
-def _pids(pidfile: Path) -> list[int]:
-    return [int(p) for p in pidfile.read_text().split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-@pytest.mark.parametrize("extra", [[], ["--ignore-term"], ["--setsid-child"]],
-                         ids=["sigterm", "needs-sigkill", "child-left-the-group"])
+@pytest.mark.parametrize("extra", [[], ["--ignore-term"], ["--setsid-child"], ["--escape", "--ignore-term"]],
+                         ids=["sigterm", "needs-sigkill", "child-left-the-group", "child-left-session-and-env"])
 def test_hanging_agent_is_killed_at_its_timeout_with_its_children(workspace, tmp_path, extra):
     pidfile = tmp_path / "pids"
     hang = runner(workspace, agent("hang.py", "--pidfile", str(pidfile), *extra), timeout_s=1.5, kill_grace_s=0.5)
@@ -110,8 +100,8 @@ def test_hanging_agent_is_killed_at_its_timeout_with_its_children(workspace, tmp
     assert time.monotonic() - started < 6
     assert trace.error_category == "timeout" and trace.timed_out
     assert "1.5 s" in trace.error_reason
-    child, parent = _pids(pidfile)
-    assert not _alive(child) and not _alive(parent)
+    (child, parent), namespace = read_pids(pidfile)
+    assert not alive_in(child, namespace) and not alive_in(parent, namespace)
     assert "working..." in (workspace["archive"] / "0" / "stdout.txt").read_text()
 
 
@@ -122,7 +112,8 @@ def test_silent_agent_hits_the_idle_timeout(workspace, tmp_path):
     [trace] = run(workspace, idle)
     assert time.monotonic() - started < 5
     assert trace.error_category == "idle_timeout" and trace.timed_out
-    assert not any(_alive(pid) for pid in _pids(pidfile))
+    pids, namespace = read_pids(pidfile)
+    assert not any(alive_in(pid, namespace) for pid in pids)
 
 
 def test_flooding_agent_is_capped_and_does_not_hang(workspace):
@@ -273,3 +264,25 @@ def test_an_interrupted_batch_stops_its_running_agents_at_once(tmp_path):
     with _pytest.raises(KeyboardInterrupt):
         run_parallel(3, 3, rollout, interrupt)
     assert time.monotonic() - started < 15  # not the agents' 60 s
+
+
+def test_a_rollout_without_its_own_pid_namespace_says_so(workspace, monkeypatch, caplog):
+    """Issue 21 item 29: where no namespace can be made, today's group and marker remain, and the
+    rollout's archived command records why; the driver warns once per reason."""
+    import logging
+
+    from deep_pipeline.rollouts import process
+
+    monkeypatch.setattr(process, "CONTAIN", False)
+    [trace] = run(workspace, runner(workspace, shlex.join([sys.executable, "-c", "print('hi')"])))
+    assert trace.error_category is None
+    command = json.loads((workspace["archive"] / "0" / "command.json").read_text())
+    assert command["uncontained"] == "containment not asked for"
+
+    read, write = os.pipe()
+    os.write(write, b"ok 42 uncontained: no PID namespace (Operation not permitted)\n")
+    os.close(write)
+    monkeypatch.setattr(process, "CONTAIN", True)
+    with caplog.at_level(logging.WARNING):
+        assert process._guard_status(read, ["agent"]) == (None, "no PID namespace (Operation not permitted)")
+    assert "rollouts run without a PID namespace of their own (no PID namespace" in caplog.text

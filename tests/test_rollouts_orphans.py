@@ -2,7 +2,9 @@
 
 A real driver process runs a batch of hanging agents (tests/agents/hang.py, each with a
 child) and is SIGKILLed; nothing of the rollouts may survive it. When even the guard
-was killed, the records the runner keeps let the next batch stop the leftovers.
+was killed, the records the runner keeps let the next batch stop the leftovers (without a
+PID namespace); with one, the rollout's namespace dies with its guard, and a child that
+left its session and cleared its environment goes with it (issue 21 item 29).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import yaml
 
 from deep_pipeline.rollouts import RolloutTask
 from deep_pipeline.rollouts.command import CommandRunner
+from tests.pids import host_pids
 
 REPO = Path(__file__).resolve().parents[1]
 AGENTS = Path(__file__).parent / "agents"
@@ -31,10 +34,11 @@ BIN = Path(sys.executable).parent
 DRIVER = """
 import sys
 from pathlib import Path
-from deep_pipeline.rollouts import RolloutTask, SandboxLimits
+from deep_pipeline.rollouts import RolloutTask, SandboxLimits, process
 from deep_pipeline.rollouts.command import CommandRunner
 
 tmp, template = Path(sys.argv[1]), sys.argv[2]
+process.CONTAIN = sys.argv[4] == "contain"
 extra = {"agents_dir": tmp / "agents"} if sys.argv[3] == "records" else {}
 runner = CommandRunner(template, "text", model="anthropic/x", sandbox_parent=tmp / "sandboxes",
                        limits=SandboxLimits(timeout_s=600, idle_timeout_s=600), **extra)
@@ -66,7 +70,7 @@ def wait_for_agents(piddir: Path, n: int, driver: subprocess.Popen, deadline_s: 
     while time.monotonic() < deadline:
         files = [p for p in piddir.iterdir() if p.suffix != ".tmp"]
         if len(files) >= n:
-            return [int(pid) for f in files for pid in f.read_text().split()]
+            return [pid for f in files for pid in host_pids(f)]
         if driver.poll() is not None:
             pytest.fail(f"the driver ended early ({driver.returncode}): {driver.stderr.read()[-2000:]}")
         time.sleep(0.1)
@@ -97,8 +101,8 @@ def world(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def start_driver(world: Path, template: str, mode: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", DRIVER, str(world), template, mode],
+def start_driver(world: Path, template: str, mode: str, containment: str = "contain") -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", DRIVER, str(world), template, mode, containment],
                             env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -118,10 +122,10 @@ def test_no_agent_or_child_survives_a_sigkilled_driver(world, extra):
 
 def test_leftovers_of_a_killed_run_are_stopped_by_the_next_batch(world, caplog):
     """Even with its guards killed too, a dead driver's agents are stopped at the next batch."""
-    driver = start_driver(world, hang_template(world / "pids"), "records")
+    driver = start_driver(world, hang_template(world / "pids"), "records", "group")  # no namespace to end them
     pids = wait_for_agents(world / "pids", 3, driver)
     try:
-        agents = [p for f in (world / "pids").iterdir() for p in [int(f.name)]]
+        agents = [host_pids(f)[1] for f in (world / "pids").iterdir()]
         guards = [parent_of(p) for p in agents]
         os.kill(driver.pid, signal.SIGSTOP)  # frozen: it cannot notice its guards go
         kill_all(guards)
@@ -140,6 +144,53 @@ def test_leftovers_of_a_killed_run_are_stopped_by_the_next_batch(world, caplog):
         assert trace.error_category is None and trace.final_output.strip() == "done"
         assert survivors(pids, within_s=3) == []
         assert "stopped 6 leftover agent processes of a killed run" in caplog.text
+        assert list((world / "agents").iterdir()) == []
+    finally:
+        kill_all(pids)
+
+
+def contained() -> bool:
+    """Whether this machine gives a rollout a PID namespace (root, or user namespaces allowed)."""
+    from deep_pipeline.rollouts import SandboxLimits
+    from deep_pipeline.rollouts.process import run_process
+
+    result = run_process(["true"], cwd=Path("/"), env={"PATH": "/usr/bin:/bin"}, limits=SandboxLimits())
+    return result.start_error is None and result.uncontained is None
+
+
+def guard_of(pid: int, driver: int) -> int:
+    while (parent := parent_of(pid)) != driver:
+        pid = parent
+    return pid
+
+
+ESCAPE = ["--escape", "--ignore-term"]  # a child that left its session, cleared its environment, ignores SIGTERM
+
+
+@pytest.mark.parametrize("how", ["driver", "driver-and-guards"])
+def test_a_child_that_escaped_session_and_environment_dies_with_its_rollout(world, how, caplog):
+    """Issue 21 item 29: nothing a rollout starts survives a kill -9 of the driver, nor of its
+    guards too; the next batch (a resume) then starts with nothing of the old run alive."""
+    if not contained():
+        pytest.skip("no PID namespace on this machine: the group and marker are all there is")
+    driver = start_driver(world, hang_template(world / "pids", *ESCAPE), "records")
+    pids = wait_for_agents(world / "pids", 3, driver)
+    try:
+        assert len(pids) == 6 and all(alive(p) for p in pids)
+        if how == "driver-and-guards":
+            agents = [host_pids(f)[1] for f in (world / "pids").iterdir()]
+            os.kill(driver.pid, signal.SIGSTOP)  # frozen: it cannot notice its guards go
+            kill_all([guard_of(p, driver.pid) for p in agents])
+        driver.kill()
+        driver.wait()
+        assert survivors(pids) == []
+
+        runner = CommandRunner(shlex.join([sys.executable, "-c", "print('done')"]), "text", model="anthropic/x",
+                               sandbox_parent=world / "sandboxes", agents_dir=world / "agents")
+        [trace] = runner.run_batch(package_dir=world / "skill", skill_sha256="x",
+                                   task=RolloutTask(prompt="p", skill_name="demo"), batch="next", n=1,
+                                   archive_dir=world / "raw2")
+        assert trace.error_category is None and survivors(pids, within_s=0) == []
         assert list((world / "agents").iterdir()) == []
     finally:
         kill_all(pids)
@@ -168,13 +219,17 @@ def test_a_record_is_trusted_only_for_its_own_process(world, caplog):
         bystander.wait()
 
 
-def test_no_agent_survives_a_sigkilled_cli_compile(world):
+@pytest.mark.parametrize("extra", [[], ESCAPE], ids=["plain", "escaped-child"])
+def test_no_agent_survives_a_sigkilled_cli_compile(world, extra):
     from tests.compile_world import CONFIG, make_inputs
+
+    if extra and not contained():
+        pytest.skip("no PID namespace on this machine: the group and marker are all there is")
 
     skill, bundle = make_inputs(world / "inputs")
     config = world / "compile.yaml"
     config.write_text(yaml.safe_dump({
-        **CONFIG, "runner": "command", "agent_command": hang_template(world / "pids"), "rollouts": 3,
+        **CONFIG, "runner": "command", "agent_command": hang_template(world / "pids", *extra), "rollouts": 3,
         "judge_model": "local", "editor_model": "local", "rollout_timeout_s": 600}))
     home = world / "dagster_home"
     home.mkdir()

@@ -43,7 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_compile)
 
     r = sub.add_parser("resume", help="carry a registered compile on from where it stopped",
-                       description="Run the next steps of a registered compile in this process until it is finalized.")
+                       description="Run the next steps of a registered compile in this process until it is finalized. "
+                       "First, as `compile` does, it releases what a killed run left (its Dagster runs and pool slots, "
+                       "agents, rollout sandboxes); a finalized compile missing report.html gets it written.")
     r.add_argument("compile_key", metavar="COMPILE")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -16,7 +16,7 @@ from dagster._core.execution.api import execute_run
 from dagster._core.execution.execute_in_process import merge_run_tags
 from dagster._core.utils import make_new_run_id
 
-from deep_pipeline.defs.launcher import announce_compile, driver_lock, process_tags, release_dead_runs
+from deep_pipeline.defs.launcher import announce_compile, driver_lock, open_compile, process_tags, release_dead_runs
 from deep_pipeline.defs.step_location import step_defs
 from deep_pipeline.defs.step_runs import driver_tags, job_name, job_origin, run_tags
 from deep_pipeline.engine import steps
@@ -57,7 +57,20 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable
 
     with driver_lock(ctx):
         announce_compile(instance, key)  # under the lock: the sensor sees it held and leaves it alone
-        return steps.drive(ctx, start_job, progress, max_steps=max_runs)
+        open_compile(instance, ctx, note)
+        report = steps.drive(ctx, start_job, progress, max_steps=max_runs)
+        _restore_outputs(ctx, note)
+        return report
+
+
+def _restore_outputs(ctx: StepContext, note: Callable[[str], None]) -> None:
+    """Write what a finalized compile should have beside its records and lacks: report.html,
+    which the last step writes after report.json (a kill between them left it missing)."""
+    from deep_pipeline.report import write_html_report
+
+    if not ctx.cdir.html_report_path.exists():
+        write_html_report(ctx.cdir)
+        note(f"wrote {ctx.cdir.html_report_path.name}, missing after the compile was finalized")
 
 
 def execute_with_origin(job: dg.JobDefinition, partition_key: str, instance: dg.DagsterInstance, tags: dict[str, str]):

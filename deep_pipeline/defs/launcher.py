@@ -164,6 +164,24 @@ def release_dead_runs(instance: dg.DagsterInstance, note: Callable[[str], None])
     return released
 
 
+def open_compile(instance: dg.DagsterInstance, ctx: StepContext, note: Callable[[str], None]) -> None:
+    """What every command that opens a compile does first, whatever step comes next (issue 21 item 25).
+
+    A kill -9 may land after a compile's last record (report.json) and before its run is
+    marked done: the compile is finalized, no step runs again, and a sweep tied to steps
+    or batches would never come. So the dead runs are released, a dead driver's agents of
+    this compile stopped and the sandboxes whose maker is gone removed, here and now.
+    """
+    from deep_pipeline.rollouts.process import stop_leftover_agents
+    from deep_pipeline.rollouts.sandbox import remove_orphaned_sandboxes
+
+    release_dead_runs(instance, note)
+    stop_leftover_agents(ctx.cdir.agents_dir)  # before their sandboxes go: nothing may run in them
+    removed = remove_orphaned_sandboxes()
+    if removed:
+        note(f"removed {removed} rollout sandboxes a killed run left in the temp directory")
+
+
 def instance_warning(instance: dg.DagsterInstance) -> str | None:
     """One line when the instance lacks the limits our dagster.yaml sets, else None.
 

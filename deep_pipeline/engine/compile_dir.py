@@ -70,6 +70,11 @@ class CompileDir:
     def lock_path(self) -> Path:
         return self.path / "lock"
 
+    @property
+    def agents_dir(self) -> Path:
+        """Records of the agents a subprocess runner has running, for the next opener to stop if it died."""
+        return self.path / "agents"
+
     def batch_dir(self, batch: str) -> Path:
         return self.path / "traces" / batch
 

@@ -11,7 +11,7 @@ from deep_pipeline.core.models import Cell, LocalEdit, Rejection, Unit
 from deep_pipeline.llm.accounting import CallRecord
 from deep_pipeline.llm.client import ModelClient
 from deep_pipeline.core.units import heading_line, unit_body
-from deep_pipeline.llm.prompts import evidence_text, feedback_text, fill, profile, rubric_text
+from deep_pipeline.llm.prompts import evidence_text, feedback_text, fill, profile, reason_text, rubric_text
 from deep_pipeline.llm.render import mark_units
 from deep_pipeline.llm.schemas import edit_answer_model
 
@@ -46,7 +46,7 @@ def edit_messages(
         description=dimension.description,
         rubric=rubric_text(dimension),
         score=cell.score,
-        reason=cell.reason or "(none given)",
+        reason=reason_text(cell.reason),
         evidence=evidence_text(cell.evidence),
         feedback=feedback_text(rejections, failed_checks),
         new_text_note=new_text_note,

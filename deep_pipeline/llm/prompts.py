@@ -8,7 +8,7 @@ from string import Template
 
 from deep_pipeline.core.config import Dimension
 from deep_pipeline.core.models import EvidenceRef, Rejection
-from deep_pipeline.llm.render import COMPACT_RENDER, DEFAULT_RENDER, RenderLimits, fence_data
+from deep_pipeline.llm.render import COMPACT_RENDER, DEFAULT_RENDER, MODEL_READING, RenderLimits, fence_data
 from deep_pipeline.llm.schemas import COMPACT_LIMITS, DEFAULT_LIMITS, AnswerLimits
 
 
@@ -34,12 +34,22 @@ def evidence_text(evidence: list[EvidenceRef]) -> str:
     return fence_data(quotes, "quotes from the agent's traces")
 
 
+def reason_text(reason: str | None) -> str:
+    """The judge's reason, fenced: it is a model's reading of the traces and may quote them."""
+    return fence_data(reason, "the judge's reason", MODEL_READING) if reason else "(none given)"
+
+
 def feedback_text(rejections: list[Rejection], failed_checks: list[str]) -> str:
-    lines = [
-        f"- Rejected edit ({r.score_change}; {r.reason}): {r.edit_summary or '(no summary)'}" for r in rejections
-    ]
-    lines += [f"- Your last text failed a check: {check}" for check in failed_checks]
-    return "\n".join(lines) if lines else "(none: this is the first attempt)"
+    """Rejected edits fenced (their reasons are the comparator's reading of the traces); the
+    failed checks are the engine's own words and stay outside."""
+    parts = []
+    if rejections:
+        lines = "\n".join(
+            f"- Rejected edit ({r.score_change}; {r.reason}): {r.edit_summary or '(no summary)'}" for r in rejections
+        )
+        parts.append(fence_data(lines, "earlier rejected edits and why", MODEL_READING))
+    parts += [f"- Your last text failed a check: {check}" for check in failed_checks]
+    return "\n".join(parts) if parts else "(none: this is the first attempt)"
 
 
 def profile(client) -> tuple[AnswerLimits, RenderLimits]:

@@ -168,8 +168,11 @@ class ProcessRunner:
         sandbox.secrets = secret_values(launch.env)
         for stream in (result.stdout, result.stderr):
             stream.data = bytearray(redact(bytes(stream.data), sandbox.secrets))
+        command = {"argv": launch.argv}
+        if result.uncontained:  # the record of a rollout whose descendants could have escaped it
+            command["uncontained"] = result.uncontained
         archive_file(archive_dir, index, "command.json",
-                     redact(json.dumps({"argv": launch.argv}, indent=1).encode("utf-8"), sandbox.secrets))
+                     redact(json.dumps(command, indent=1).encode("utf-8"), sandbox.secrets))
         archive_file(archive_dir, index, "stdout.txt", result.stdout.archived())
         archive_file(archive_dir, index, "stderr.txt", result.stderr.archived())
         try:

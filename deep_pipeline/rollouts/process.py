@@ -1,7 +1,8 @@
 """Run one agent process under its limits, capture its output capped, leave nothing running.
 
 The agent starts under a guard (`guard.py`) that leads its own session (so its own
-process group) with a marker variable in its environment. On a limit, and after a
+process group) with a marker variable in its environment, and where Linux allows it in a
+PID namespace of its own, which nothing the agent starts can leave (issue 21 item 29). On a limit, and after a
 normal exit too, every process of the rollout is stopped: the group, plus anything
 carrying the marker (children that called setsid, e.g. mini-swe-agent runs each
 command in a new session). SIGTERM first, SIGKILL after a grace. If the driver dies
@@ -71,6 +72,8 @@ class ProcessResult:
     limit: Literal["timeout", "idle_timeout", "cancelled"] | None = None
     start_error: str | None = None
     leftover_pids: list[int] = field(default_factory=list)  # survived even SIGKILL
+    # Why the rollout ran without its own PID namespace (group and marker only), or None.
+    uncontained: str | None = None
 
 
 def stop_rollout(pgid: int, marker: str | None, grace_s: float) -> list[int]:
@@ -144,6 +147,9 @@ def _recorded_processes(record: AgentRecord, whole_group: bool) -> list[int]:
 
 GUARD = Path(guard.__file__)
 GUARD_START_S = 30.0  # a bare interpreter start; beyond this the machine is in trouble
+# Each rollout in a PID namespace of its own where the machine allows it; tests of the
+# group-and-marker fallback turn it off.
+CONTAIN = True
 
 
 def run_process(
@@ -161,7 +167,8 @@ def run_process(
     try:
         # -I -S: the guard imports only the standard library; nothing in the workdir can shadow it.
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(GUARD), str(status_w), str(os.getpid()), "--", *argv],
+            [sys.executable, "-I", "-S", str(GUARD), str(status_w), str(os.getpid()),
+             "contain" if CONTAIN else "group", "--", *argv],
             cwd=cwd, env={**env, ROLLOUT_MARKER: marker}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, start_new_session=True, close_fds=True, pass_fds=(status_w,),
         )
@@ -171,9 +178,9 @@ def run_process(
                              start_error=f"agent command {argv[0]!r} could not start: {exc.strerror or exc}")
     finally:
         os.close(status_w)
-    record, started_error, limit = None, None, None
+    record, started_error, limit, uncontained = None, None, None, None
     try:
-        started_error = _guard_status(status_r, argv)
+        started_error, uncontained = _guard_status(status_r, argv)
         if started_error is None:
             record = write_agent_record(record_dir, pid=proc.pid, marker=marker) if record_dir else None
             limit = _pump(proc, {proc.stdout: out, proc.stderr: err}, limits, started)
@@ -191,19 +198,38 @@ def run_process(
         tail = err.text().strip()[-300:]
         return ProcessResult(None, out, err, time.monotonic() - started,
                              start_error=started_error + (f"; {tail}" if tail else ""))
-    return ProcessResult(returncode, out, err, time.monotonic() - started, limit=limit, leftover_pids=leftovers)
+    return ProcessResult(returncode, out, err, time.monotonic() - started, limit=limit, leftover_pids=leftovers,
+                         uncontained=uncontained)
 
 
-def _guard_status(status_r: int, argv: list[str]) -> str | None:
-    """Wait for the guard's word that the agent started; the start error otherwise."""
+def _guard_status(status_r: int, argv: list[str]) -> tuple[str | None, str | None]:
+    """Wait for the guard's word that the agent started: (start error, why uncontained)."""
     with os.fdopen(status_r, "rb") as status:
         ready, _, _ = select.select([status], [], [], GUARD_START_S)
         answer = status.read().decode("utf-8", errors="replace").strip() if ready else ""
     if answer.startswith("ok "):
-        return None
+        _, _, why = answer.partition(" uncontained: ")
+        if why and CONTAIN:
+            _warn_once(f"rollouts run without a PID namespace of their own ({why}): an agent's descendant "
+                       "that leaves its session and clears its environment can outlive the rollout")
+        _, _, no_proc = answer.partition(" proc: ")
+        if no_proc:
+            _warn_once(f"rollouts see the host's /proc ({no_proc}): pids listed there are not those the agent's "
+                       "kill() reaches")
+        return None, why or None
     if answer.startswith("error "):
-        return f"agent command {argv[0]!r} could not start: {answer[len('error '):]}"
-    return f"agent command {argv[0]!r} could not start: its guard process ended without starting it"
+        return f"agent command {argv[0]!r} could not start: {answer[len('error '):]}", None
+    return f"agent command {argv[0]!r} could not start: its guard process ended without starting it", None
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Once per process: a machine's lack stays the same from one rollout to the next."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
 
 
 # Set when the batch is interrupted (Ctrl-C): every running agent is stopped at once

@@ -3,7 +3,12 @@
 `--pidfile PATH` records its pid and its child's pid (tests check both are gone);
 `--ignore-term` makes both ignore SIGTERM, so only SIGKILL stops them;
 `--setsid-child` puts the child in a session of its own, out of the agent's group;
-`--piddir DIR` writes `DIR/<agent pid>` holding the same two pids (one file per rollout).
+`--piddir DIR` writes one file per rollout in DIR holding the same two pids;
+`--escape` makes the child a daemon that leaves its session and clears its environment
+(setsid + an empty environment), out of reach of the group and the marker.
+
+A rollout may run in a PID namespace of its own, where pids are the namespace's: after the
+pids comes the namespace (`pid:[inode]`), which tests/pids.py maps to the host's pids.
 """
 
 import os
@@ -20,12 +25,15 @@ child_code = "import signal, time\n"
 if "--ignore-term" in args:
     child_code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
 child_code += "time.sleep(3600)\n"
-child = subprocess.Popen([sys.executable, "-c", child_code], start_new_session="--setsid-child" in args)
+escape = "--escape" in args
+child = subprocess.Popen([sys.executable, "-c", child_code], start_new_session="--setsid-child" in args or escape,
+                         env={} if escape else None)
+namespace = os.readlink("/proc/self/ns/pid")
 if "--pidfile" in args:
-    Path(args[args.index("--pidfile") + 1]).write_text(f"{child.pid} {os.getpid()}\n")
+    Path(args[args.index("--pidfile") + 1]).write_text(f"{child.pid} {os.getpid()} {namespace}\n")
 if "--piddir" in args:
-    temp = Path(args[args.index("--piddir") + 1]) / f"{os.getpid()}.tmp"
-    temp.write_text(f"{child.pid} {os.getpid()}\n")
+    temp = Path(args[args.index("--piddir") + 1]) / f"{os.getpid()}-{namespace[5:-1]}.tmp"
+    temp.write_text(f"{child.pid} {os.getpid()} {namespace}\n")
     temp.rename(temp.with_suffix(""))  # a reader sees the file whole or not at all
 print("working...", flush=True)
 while True:
