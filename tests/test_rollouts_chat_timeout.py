@@ -48,12 +48,15 @@ def test_a_slow_chat_rollout_is_a_timeout_trace_at_its_deadline(tmp_path, script
     assert len(requests) == 2 and all(r.timeout <= 1.0 for r in requests)  # one call each, never resent
 
 
-def test_a_retry_after_a_short_client_timeout_is_never_sent_past_the_deadline(tmp_path, scripted_llm):
-    # The client's own timeout (0.4 s) is shorter than the rollout's (1 s): one resend fits, with
-    # only the time left as its timeout; a third would start past the deadline.
+def test_a_hung_request_is_resent_within_the_deadline_and_is_an_api_error_without_answer(tmp_path, scripted_llm):
+    # Issue 21 item 28: the per-call timeout (agent_timeout_s, 0.4 s) is shorter than the
+    # rollout's (1 s): a request with no answer by then hung, and is resent with only the time
+    # left as its timeout; a third would start past the deadline. No send ever answered: the
+    # machinery's failure (api_error, run again), not the agent's timeout.
     scripted_llm.always("agent", slow(5.0))
     [trace], wall = run(tmp_path, client_timeout_s=0.4, n=1)
-    assert trace.error_category == "timeout" and wall < 2.0
+    assert (trace.error_category, trace.timed_out) == ("api_error", False) and wall < 2.0
+    assert "no time left" in trace.error_reason and "agent" in trace.error_reason
     first, *resends = scripted_llm.requests_for("agent")
     assert first.timeout == 0.4 and resends and resends[-1].timeout <= 0.61
     assert all(r.at - first.at < 1.0 for r in resends)
