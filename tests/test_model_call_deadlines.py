@@ -8,10 +8,15 @@ import json
 import subprocess
 import time
 
+import yaml
+
+from deep_pipeline.cli import main
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from tests.compile_world import MARK, World
+from deep_pipeline.llm import client
+from tests.compile_world import CONFIG, MARK, World, install_world, make_inputs
+from tests.scripted_llm import slow
 from tests.served_world import CLI, OpenAIRequest, answer_with, served_compile
 
 
@@ -48,3 +53,61 @@ def test_a_resumed_cli_compile_counts_no_start_up_against_a_two_second_rollout_t
     assert [t.error_category for t in ctx.cdir.traces("input")] == [None, None]
     report = json.loads((ctx.cdir.path / "report.json").read_text())
     assert [d["reason"] for d in report["decisions"]] == ["runtime_regressed:timeout"] * 2
+
+
+def compile_args(tmp_path, **extra) -> list[str]:
+    config = tmp_path / "compile.yaml"
+    if not (tmp_path / "inputs").exists():
+        make_inputs(tmp_path / "inputs")
+    config.write_text(yaml.safe_dump({**CONFIG, "section_iterations": 1, "paragraph_iterations": 0, **extra}))
+    skill, bundle = tmp_path / "inputs" / "skills" / "demo-skill", tmp_path / "inputs" / "bundle.json"
+    return ["compile", str(skill), "--task", str(bundle), "--config", str(config), "--quiet"]
+
+
+def test_a_judge_timeout_names_its_setting_and_raising_it_carries_the_same_compile_on(
+        tmp_path, monkeypatch, capsys, scripted_llm):
+    # Issue 21 item 11: the per-call timeout is a setting per role, named in the failure line;
+    # it is not the compile's identity, so the same command with it raised resumes the compile.
+    monkeypatch.setattr(client, "RETRIES", 1)
+    monkeypatch.setattr(client, "BACKOFF_S", 0.0)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
+    world = World(low={("s02-steps", "clarity"): 2})
+    install_world(scripted_llm, world)
+    scripted_llm.always("judge", slow(5.0))  # every judge call stalls past its 0.3 s
+
+    assert main(compile_args(tmp_path, judge_timeout_s=0.3)) == 1  # a step failed
+    first = capsys.readouterr().err.strip()
+    assert len(first.splitlines()) == 1 and "failed 2 times" in first
+    assert "0.3 s (judge_timeout_s)" in first and "raise judge_timeout_s" in first
+    (folder,) = (tmp_path / "home" / "compiles").iterdir()
+    # A resume after the forced timeout names the setting too.
+    assert main(["resume", folder.name, "--quiet"]) == 1
+    assert "raise judge_timeout_s" in capsys.readouterr().err
+
+    install_world(scripted_llm, world)  # the judge answers again, in its time
+    assert main(compile_args(tmp_path, judge_timeout_s=30)) == 0
+    assert [p.name for p in (tmp_path / "home" / "compiles").iterdir()] == [folder.name]
+    stored = json.loads((folder / "compile.json").read_text())["config"]
+    assert stored["judge_timeout_s"] == 30 and (folder / "report.json").is_file()
+
+
+def test_resume_takes_operational_settings_only(tmp_path, monkeypatch, capsys, scripted_llm):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
+    install_world(scripted_llm, World())
+    scripted_llm.always("judge", slow(5.0))
+    monkeypatch.setattr(client, "RETRIES", 0)
+    assert main(compile_args(tmp_path, judge_timeout_s=0.2)) == 1
+    (folder,) = (tmp_path / "home" / "compiles").iterdir()
+    capsys.readouterr()
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"rollouts": 5}))
+    assert main(["resume", folder.name, "--config", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(other) in err and "rollouts" in err and "judge_timeout_s" in err and len(err.splitlines()) == 1
+    install_world(scripted_llm, World())
+    other.write_text(yaml.safe_dump({"judge_timeout_s": 20, "editor_timeout_s": 40}))
+    assert main(["resume", folder.name, "--config", str(other), "--quiet"]) == 0
+    stored = json.loads((folder / "compile.json").read_text())["config"]
+    assert (stored["judge_timeout_s"], stored["editor_timeout_s"]) == (20, 40)

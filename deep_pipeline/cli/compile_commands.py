@@ -41,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("resume", help="carry a registered compile on from where it stopped",
                        description="Run the next steps of a registered compile in this process until it is finalized.")
     r.add_argument("compile_key", metavar="COMPILE")
+    r.add_argument("--config", type=Path, metavar="FILE", help="YAML of the settings that are not the compile's identity, "
+                   "to change before carrying on: judge_timeout_s, editor_timeout_s, agent_timeout_s")
     r.add_argument("--quiet", action="store_true")
     r.set_defaults(handler=_resume)
 
@@ -132,11 +134,14 @@ def _compile(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from deep_pipeline.engine.compiles import find_compile
+    from deep_pipeline.engine.compiles import find_compile, resume_settings
+    from deep_pipeline.engine.settings import read_config_file
 
     _home(create=False)
     root = homes.store_root()
-    find_compile(root, args.compile_key)  # an unknown compile is refused before the home is touched
+    cdir = find_compile(root, args.compile_key)  # an unknown compile is refused before the home is touched
+    if args.config:
+        resume_settings(cdir, read_config_file(args.config), str(args.config))
     instance = _instance()
     return _drive(args, instance, _store_root(), args.compile_key)
 
@@ -204,15 +209,23 @@ class _LiveLine(logging.Handler):
         sys.stdout.flush()
 
 
+class _HeartbeatLines(logging.Handler):
+    """engine.live without a terminal (a log, `make demo`'s tee): only the heartbeats of a long wait, a line each."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "heartbeat", False):
+            print("  " + self.format(record), file=sys.stdout, flush=True)
+
+
 @contextlib.contextmanager
 def _live_lines(args):
-    """Live progress within a step, only on a terminal (a log or a pipe gets the step lines only)."""
+    """Live progress within a step: on a terminal an overwritten line; elsewhere the heartbeats only."""
     from deep_pipeline.engine.live import LIVE
 
-    if getattr(args, "quiet", False) or not sys.stdout.isatty():
+    if getattr(args, "quiet", False):
         yield
         return
-    handler, level = _LiveLine(), LIVE.level
+    handler, level = (_LiveLine() if sys.stdout.isatty() else _HeartbeatLines()), LIVE.level
     LIVE.addHandler(handler)
     LIVE.setLevel(logging.INFO)
     try:

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from deep_pipeline.core.config import CompileConfig
+from deep_pipeline.core.config import OPERATIONAL_SETTINGS, CompileConfig
 from deep_pipeline.core.keys import compile_key
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import CompileRecord
@@ -68,7 +68,7 @@ def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: Com
     key = compile_key(skill.name, identity)
     cdir = CompileDir(root, key)
     if cdir.exists():
-        return cdir.record()
+        return apply_operational_settings(cdir, config)
     record = CompileRecord(
         key=key,
         identity=identity,
@@ -86,6 +86,36 @@ def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: Com
     _write_inputs(cdir, skill.root, Path(bundle_path))
     atomic_write_json(cdir.record_path, record)  # last: from here on the compile exists
     return record
+
+
+def apply_operational_settings(cdir: CompileDir, config: CompileConfig) -> CompileRecord:
+    """The operational settings given now win over the stored ones: they are not the compile's
+    identity, so raising a timeout and running the same command again carries it on with it."""
+    record = cdir.record()
+    update = {name: getattr(config, name) for name in sorted(OPERATIONAL_SETTINGS)
+              if getattr(config, name) != getattr(record.config, name)}
+    if not update:
+        return record
+    record = record.model_copy(update={"config": record.config.model_copy(update=update)})
+    atomic_write_json(cdir.record_path, record)
+    return record
+
+
+def resume_settings(cdir: CompileDir, overrides: dict, origin: str) -> CompileRecord:
+    """`resume --config`: only operational settings may change; the others are the compile's identity."""
+    from pydantic import ValidationError
+
+    for name in overrides:
+        if name not in OPERATIONAL_SETTINGS:
+            raise InputError(f"{origin}: {name}: resume changes only {', '.join(sorted(OPERATIONAL_SETTINGS))}; "
+                             "another setting is another compile (run `compile` with it)")
+    record = cdir.record()
+    try:
+        config = CompileConfig.model_validate({**record.config.model_dump(), **overrides})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"{origin}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    return apply_operational_settings(cdir, config)
 
 
 def _write_inputs(cdir: CompileDir, skill_root: Path, bundle_path: Path) -> None:
