@@ -5,7 +5,9 @@ local model's one slot and a hung request are the machinery's, never the agent's
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import threading
 import time
 
 import yaml
@@ -111,3 +113,68 @@ def test_resume_takes_operational_settings_only(tmp_path, monkeypatch, capsys, s
     assert main(["resume", folder.name, "--config", str(other), "--quiet"]) == 0
     stored = json.loads((folder / "compile.json").read_text())["config"]
     assert (stored["judge_timeout_s"], stored["editor_timeout_s"]) == (20, 40)
+
+
+def test_a_matrix_step_stops_at_its_first_failed_column(tmp_path, monkeypatch, capsys, scripted_llm):
+    # Issue 21 item 17: a failed column fails the step at once; the columns not yet sent are
+    # not sent (the demo ran ~10 more minutes of doomed columns before its error line).
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
+    install_world(scripted_llm, World())
+    scripted_llm.always("judge", "not JSON")  # every column: 3 invalid answers, then AnswerError
+    assert main(compile_args(tmp_path, parallel=1)) == 1
+    assert "gave no valid answer in 3 attempts" in capsys.readouterr().err
+    assert len(scripted_llm.requests_for("judge")) == 3  # one column's attempts, not five columns'
+
+
+def test_a_long_wait_beats_a_heartbeat_line_without_a_terminal(tmp_path, monkeypatch, capsys, scripted_llm):
+    # Issue 21 item 17: `make demo` pipes through tee: no live line, but a heartbeat naming the
+    # column, the matrix and what it waits on, so a slow step does not look hung.
+    from deep_pipeline.engine import live
+
+    monkeypatch.setattr(live, "HEARTBEAT_S", 0.2)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
+    world = World()
+    install_world(scripted_llm, world)
+    first = threading.Event()
+
+    def slow_first_column(request):
+        if not first.is_set():  # the first column takes a while; the others answer at once
+            first.set()
+            time.sleep(1.0)
+        return world.judge(request)
+
+    scripted_llm.always("judge", slow_first_column)
+    args = [a for a in compile_args(tmp_path, parallel=1, section_iterations=0) if a != "--quiet"]
+    assert main(args) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "waiting on" in line]
+    assert lines and all("\x1b" not in line for line in lines)
+    assert re.fullmatch(r"  column 1/5 of demo-skill-\w+/section/m00 waiting on scripted/judge, \d+ s", lines[0])
+
+
+def test_the_local_models_one_slot_queues_callers(tmp_path):
+    # Issue 21 item 17: the embedded server serves one request at a time; a second caller
+    # waits for the slot before its request (and its timeout) starts, not inside the server.
+    from deep_pipeline.llm.local_model import local_slot
+
+    holding, entered, release = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with local_slot(tmp_path):
+            holding.set()
+            release.wait(30)
+
+    def second():
+        holding.wait(30)
+        with local_slot(tmp_path):
+            entered.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    assert holding.wait(30) and not entered.wait(0.3)  # queued while the first holds the slot
+    release.set()
+    assert entered.wait(30)
+    for thread in threads:
+        thread.join()

@@ -2,8 +2,37 @@
 
 One stdlib logger. The CLI shows it on a terminal (cli/compile_commands.py); nothing else
 listens, and nothing reads it back: the step's record stays the only result.
+
+A long wait also beats a heartbeat every HEARTBEAT_S ("column 2/5 of m00 waiting on the
+local model, 95 s"), marked `heartbeat` so the CLI prints it even without a terminal
+(`make demo` pipes through tee): a step that says nothing for minutes looks hung.
 """
 
+from __future__ import annotations
+
+import contextlib
 import logging
+import threading
+import time
+from typing import Callable, Iterator
 
 LIVE = logging.getLogger("deep_pipeline.live")
+HEARTBEAT_S = 30.0  # read when a heartbeat starts, so a test can shrink it
+
+
+@contextlib.contextmanager
+def heartbeat(waiting_on: Callable[[], str]) -> Iterator[None]:
+    """Log `waiting_on()` and the seconds since the start every HEARTBEAT_S until the block ends."""
+    every_s, started, stop = HEARTBEAT_S, time.monotonic(), threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            LIVE.info("%s, %d s", waiting_on(), time.monotonic() - started, extra={"heartbeat": True})
+
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
