@@ -178,3 +178,36 @@ def test_the_local_models_one_slot_queues_callers(tmp_path):
     assert entered.wait(30)
     for thread in threads:
         thread.join()
+
+
+def test_a_slow_rollout_beats_a_heartbeat_line(
+        tmp_path, monkeypatch, capsys, scripted_llm):
+    from deep_pipeline.engine import live
+
+    monkeypatch.setattr(live, "HEARTBEAT_S", 0.2)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
+    install_world(scripted_llm, World())
+    scripted_llm.always("agent", slow(1.0, "- shipped the parser"))
+    args = [a for a in compile_args(tmp_path, runner="chat", section_iterations=0) if a != "--quiet"]
+    assert main(args) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "waiting on" in line]
+    assert any(re.fullmatch(r"  rollout [12]/2 of input waiting on the agent, \d+ s", line) for line in lines), lines
+
+
+def test_each_roles_client_gets_its_timeout_the_local_model_a_slow_cpus(tmp_path, scripted_llm):
+    # Issue 21 item 11: per role; unset, 900 s for the embedded model and 120 s for a hosted one.
+    from deep_pipeline.engine.services import build_services
+
+    skill, bundle = make_inputs(tmp_path)
+    overrides = {**CONFIG, "judge_model": "local", "editor_timeout_s": 45, "runner": "chat"}
+    record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), overrides))
+    services = build_services(StepContext.open(tmp_path / "store", record.key).cdir, record)
+    assert (services.judge.settings.timeout_s, services.judge.settings.timeout_setting) == (900, "judge_timeout_s")
+    assert (services.editor.settings.timeout_s, services.editor.settings.timeout_setting) == (45, "editor_timeout_s")
+    agent = services.runner.model_client()
+    assert (agent.settings.timeout_s, agent.settings.timeout_setting) == (120, "agent_timeout_s")
+    # The timeouts are not the compile's identity: the same inputs with others are the same compile.
+    again = register_compile(tmp_path / "store", skill, bundle,
+                             effective_config(load_deployment(), {**overrides, "judge_timeout_s": 1200}))
+    assert again.key == record.key and again.config.judge_timeout_s == 1200

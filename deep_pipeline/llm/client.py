@@ -305,8 +305,13 @@ class ModelClient:
         if not failure.timed_out:
             return str(failure)
         setting = self.settings.timeout_setting or "the role's timeout"
-        return (f"{failure}; each send had {self.settings.timeout_s:g} s ({setting}), counted from when it was sent: "
+        line = (f"{failure}; each send had {self.settings.timeout_s:g} s ({setting}), counted from when it was sent: "
                 f"raise {setting} in the compile's config and run the same command again to carry on")
+        if self.is_local:
+            from deep_pipeline.llm.local_model import server_log
+
+            line += f" (the local model's log: {server_log(self.local_home)})"
+        return line
 
     def _send_once(self, step_key: str, attempt: int, messages: list[dict], answer_format: dict | None,
                    deadline: Deadline | None = None, first: bool = True) -> tuple[str, CallRecord]:

@@ -120,6 +120,10 @@ def stop_local_server(home: Path | None = None) -> bool:
         return True
 
 
+def server_log(home: Path | None = None) -> Path:
+    return Path(home or default_home()).resolve() / "local_model" / "server.log"
+
+
 @contextmanager
 def local_slot(home: Path | None = None):
     """Hold the server's one slot (llama.cpp's n_parallel=1) for one request.
