@@ -151,6 +151,13 @@ def test_a_long_wait_beats_a_heartbeat_line_without_a_terminal(tmp_path, monkeyp
     lines = [line for line in capsys.readouterr().out.splitlines() if "waiting on" in line]
     assert lines and all("\x1b" not in line for line in lines)
     assert re.fullmatch(r"  column 1/5 of demo-skill-\w+/section/m00 waiting on scripted/judge, \d+ s", lines[0])
+    # ... and in the Dagster event log of the step's run, which said nothing for 20 minutes before.
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        logged = [event.user_message for run in instance.get_runs() for event in instance.all_logs(run.run_id)]
+    assert any(re.fullmatch(r"column 1/5 of demo-skill-\w+/section/m00 waiting on scripted/judge, \d+ s", m)
+               for m in logged)
 
 
 def test_the_local_models_one_slot_queues_callers(tmp_path):

@@ -1,11 +1,13 @@
 """What happens inside a step, as it happens: a rollout ended, a column was scored.
 
-One stdlib logger. The CLI shows it on a terminal (cli/compile_commands.py); nothing else
-listens, and nothing reads it back: the step's record stays the only result.
+One stdlib logger. The CLI shows it on a terminal (cli/compile_commands.py); a Dagster
+run's log gets its heartbeats (defs/launcher.asset_step); nothing reads it back: the
+step's record stays the only result.
 
 A long wait also beats a heartbeat every HEARTBEAT_S ("column 2/5 of m00 waiting on the
 local model, 95 s"), marked `heartbeat` so the CLI prints it even without a terminal
-(`make demo` pipes through tee): a step that says nothing for minutes looks hung.
+(`make demo` pipes through tee) and in the run's Dagster event log: a step that says
+nothing for minutes looks hung.
 """
 
 from __future__ import annotations
@@ -36,3 +38,26 @@ def heartbeat(waiting_on: Callable[[], str]) -> Iterator[None]:
     finally:
         stop.set()
         thread.join()
+
+
+class _Heartbeats(logging.Handler):
+    def __init__(self, log: Callable[[str], None]) -> None:
+        super().__init__()
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "heartbeat", False):
+            self.log(self.format(record))
+
+
+@contextlib.contextmanager
+def heartbeats_to(log: Callable[[str], None]) -> Iterator[None]:
+    """Also hand each heartbeat to `log` (a Dagster run's context.log.info) while the block runs."""
+    handler, level = _Heartbeats(log), LIVE.level
+    LIVE.addHandler(handler)
+    LIVE.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        LIVE.removeHandler(handler)
+        LIVE.setLevel(level)
