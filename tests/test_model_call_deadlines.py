@@ -10,16 +10,20 @@ import subprocess
 import threading
 import time
 
+import pytest
 import yaml
 
 from deep_pipeline.cli import main
+from deep_pipeline.errors import StepError
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.llm import client
+from deep_pipeline.llm.client import ModelClient, ModelSettings
 from tests.compile_world import CONFIG, MARK, World, install_world, make_inputs
 from tests.scripted_llm import slow
-from tests.served_world import CLI, OpenAIRequest, answer_with, served_compile
+from tests.scripted_openai_server import ScriptedOpenAIServer
+from tests.served_world import CLI, answer_with, served_compile
 
 
 def agent_or_world(world: World, candidate_s: float):
@@ -218,3 +222,23 @@ def test_each_roles_client_gets_its_timeout_the_local_model_a_slow_cpus(tmp_path
     again = register_compile(tmp_path / "store", skill, bundle,
                              effective_config(load_deployment(), {**overrides, "judge_timeout_s": 1200}))
     assert again.key == record.key and again.config.judge_timeout_s == 1200
+
+
+def test_a_retry_after_beyond_the_cap_fails_the_call_at_once(monkeypatch):
+    # Issue 21 item 31 (the client's part): a provider asking for more than 60 s is out; the
+    # README says the step fails with one line (a resume carries on), and so it does.
+    monkeypatch.setenv("DEEP_PIPELINE_MODEL_WORKER", "0")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-dummy-key")
+    sent: list[float] = []
+
+    def turn(body: dict) -> dict:
+        sent.append(time.monotonic())
+        if len(sent) == 1:
+            return {"status": 429, "error": "slow down", "headers": {"Retry-After": "120"}}
+        return {"content": "ok"}
+
+    with ScriptedOpenAIServer([turn]) as server:
+        judge = ModelClient(ModelSettings(model="openai/judge", api_base=server.api_base), "judge", backoff_s=0.001)
+        with pytest.raises(StepError) as failed:
+            judge.complete("k/judge/1", [{"role": "user", "content": "hi"}])
+    assert len(sent) == 1 and "asked to wait 120 s (Retry-After), more than 60 s" in str(failed.value)

@@ -84,15 +84,21 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
     task_prompt = ctx.task_prompt  # read once, not by each column thread
 
     def score(dim):
-        result = score_column(
-            judge,
-            step_key=column_call_key(step.key, dim.name),
-            task_prompt=task_prompt,
-            skill_text=start.skill_text,
-            units=start.units,
-            dimension=dim,
-            traces=traces,
-        )
+        try:
+            result = score_column(
+                judge,
+                step_key=column_call_key(step.key, dim.name),
+                task_prompt=task_prompt,
+                skill_text=start.skill_text,
+                units=start.units,
+                dimension=dim,
+                traces=traces,
+            )
+        except BudgetExhausted:
+            raise  # every column meets the budget on its own: the matrix is recorded as stopped there
+        except BaseException:
+            judge.stop()  # at once, from this thread: no column is sent after a failed one
+            raise
         column = ColumnRecord(
             dimension=dim.name,
             cells=result.cells,
@@ -123,7 +129,7 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
     except BaseException:
         # The first failed column fails the step now: the others are not sent, and those in
         # flight end at their current send (the columns already stored are kept).
-        judge.stop()
+        judge.stop()  # again, for a failure here (an interrupt) rather than in a column
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
