@@ -52,7 +52,8 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
     """`api_keys` maps a provider ("anthropic", "openai", ...) to a key a resource handed over;
     `transport`: where litellm runs (llm/transport.py; None: in this process)."""
     from deep_pipeline.llm.budget import Budget
-    from deep_pipeline.llm.client import ModelClient, ModelSettings, default_timeout_s
+    from deep_pipeline.llm.client import ModelClient, ModelSettings
+    from deep_pipeline.llm.timeouts import default_timeout_s
     from deep_pipeline.rollouts import make_runner
 
     config = record.config

@@ -41,6 +41,7 @@ from deep_pipeline.llm.transport import SendRequest, SendResult, Transport
 from deep_pipeline.llm.transport import load_litellm  # noqa: F401 - its old home, still imported from here
 from deep_pipeline.llm.cache import ResponseCache, cache_key
 from deep_pipeline.llm.schemas import describe_errors, response_format
+from deep_pipeline.llm.timeouts import HOSTED_TIMEOUT_S, Deadline, default_timeout_s  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     from deep_pipeline.llm.budget import Budget
@@ -56,43 +57,6 @@ BACKOFF_S = 1.0
 # A provider's Retry-After is honoured up to this; a longer ask is the provider's outage,
 # better met by failing the step (a resume carries on) than by a step that hangs.
 RETRY_AFTER_CAP_S = 60.0
-# Per-call timeouts when the role's setting is unset: a hosted model answers in seconds;
-# the embedded model on a slow, loaded CPU may take minutes for one judge column.
-HOSTED_TIMEOUT_S = 120.0
-LOCAL_TIMEOUT_S = 900.0
-# A late answer (a trickling stream) is still within its deadline up to this.
-DEADLINE_GRACE_S = 1.0
-
-
-def default_timeout_s(model: str) -> float:
-    return LOCAL_TIMEOUT_S if model == LOCAL_MODEL else HOSTED_TIMEOUT_S
-
-
-class Deadline:
-    """A chat rollout's time limit, started by the client when the request is first sent.
-
-    Not when the rollout starts: the first call of a process pays litellm's import (seconds),
-    the local model's start and the queue for a call slot, all the machinery's (SPEC §9).
-    """
-
-    def __init__(self, limit_s: float) -> None:
-        self.limit_s = limit_s
-        self.started: float | None = None
-
-    def start(self) -> None:
-        if self.started is None:
-            self.started = time.monotonic()
-
-    @property
-    def at(self) -> float:
-        return (self.started if self.started is not None else time.monotonic()) + self.limit_s
-
-    def left(self) -> float:
-        return self.at - time.monotonic()
-
-    def overrun(self) -> bool:
-        """The answer came in past the limit (and its grace): late all the same."""
-        return self.started is not None and time.monotonic() - self.started > self.limit_s + DEADLINE_GRACE_S
 
 
 class ModelSettings(BaseModel):
@@ -321,11 +285,10 @@ class ModelClient:
         with self._limiter, self._slot():
             if self._stopped.is_set():
                 raise StepError(f"{self.describe(step_key)}: not sent, its step stopped at another call's failure")
-            warm = getattr(self.transport, "warm", None)
-            if warm is not None:
-                warm()  # litellm's import: the machinery's start-up, before any clock starts
             timeout_s = self.settings.timeout_s
             if deadline is not None:
+                if (warm := getattr(self.transport, "warm", None)) is not None:
+                    warm()  # litellm's import: the machinery's start-up, before the deadline starts
                 deadline.start()
                 timeout_s = min(timeout_s, deadline.left())
                 if timeout_s <= 0:
@@ -353,7 +316,8 @@ class ModelClient:
 
                 forget_local_server(self.local_home)  # it may have died: re-check before the resend
             timed_out = sent.failure == "timeout"
-            if timed_out and first and cut_by_deadline:  # still working, on its only send, when the time was up
+            # Still working on its only send when the time was up (not a connection that timed out early).
+            if timed_out and first and cut_by_deadline and deadline.left() <= 0.05:
                 raise ModelTimeout(f"{self.describe(step_key)}: no answer before its deadline ({one_line(record.error)})")
             raise _Transient(one_line(record.error), timed_out, sent.retry_after_s)
         raise StepError(f"{self.describe(step_key)} failed: {one_line(record.error)}")

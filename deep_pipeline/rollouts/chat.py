@@ -101,7 +101,8 @@ class ChatRunner:
         client = self.model_client()
         settings = getattr(client, "settings", None)
         labels["model"] = getattr(settings, "model", None) or self.default_model
-        from deep_pipeline.llm.client import Deadline, ModelTimeout
+        from deep_pipeline.llm.client import ModelTimeout
+        from deep_pipeline.llm.timeouts import Deadline
 
         deadline = Deadline(self.timeout_s) if self.timeout_s is not None else None
         try:
