@@ -139,22 +139,27 @@ def test_a_long_wait_beats_a_heartbeat_line_without_a_terminal(tmp_path, monkeyp
     monkeypatch.setattr(live, "HEARTBEAT_S", 0.2)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
-    world = World()
+    world = World(low={("s02-steps", "clarity"): 2})
     install_world(scripted_llm, world)
-    first = threading.Event()
+    first_column, first_edit = threading.Event(), threading.Event()
 
-    def slow_first_column(request):
-        if not first.is_set():  # the first column takes a while; the others answer at once
-            first.set()
-            time.sleep(1.0)
-        return world.judge(request)
+    def slow_first(event, answer):
+        def answer_slowly(request):
+            if not event.is_set():  # the first call takes a while; the others answer at once
+                event.set()
+                time.sleep(1.0)
+            return answer(request)
+        return answer_slowly
 
-    scripted_llm.always("judge", slow_first_column)
-    args = [a for a in compile_args(tmp_path, parallel=1, section_iterations=0) if a != "--quiet"]
+    scripted_llm.always("judge", slow_first(first_column, world.judge))
+    scripted_llm.always("editor", slow_first(first_edit, world.editor))
+    args = [a for a in compile_args(tmp_path, parallel=1) if a != "--quiet"]
     assert main(args) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "waiting on" in line]
     assert lines and all("\x1b" not in line for line in lines)
     assert re.fullmatch(r"  column 1/5 of demo-skill-\w+/section/m00 waiting on scripted/judge, \d+ s", lines[0])
+    assert any(re.fullmatch(r"  the edit of demo-skill-\w+/section/i00 waiting on scripted/editor, \d+ s", line)
+               for line in lines), lines
     # ... and in the Dagster event log of the step's run, which said nothing for 20 minutes before.
     import dagster as dg
 

@@ -22,6 +22,11 @@ LIVE = logging.getLogger("deep_pipeline.live")
 HEARTBEAT_S = 30.0  # read when a heartbeat starts, so a test can shrink it
 
 
+def model_of(client) -> str:
+    """What a step waits on, for a heartbeat: "the local model", or the hosted model's name."""
+    return "the local model" if client.is_local else client.settings.model
+
+
 @contextlib.contextmanager
 def heartbeat(waiting_on: Callable[[], str]) -> Iterator[None]:
     """Log `waiting_on()` and the seconds since the start every HEARTBEAT_S until the block ends."""

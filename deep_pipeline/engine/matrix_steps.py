@@ -13,7 +13,7 @@ from deep_pipeline.core.actions import ScoreLevel
 from deep_pipeline.core.units import cut_units
 from deep_pipeline.llm.accounting import usage_of_calls
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.live import LIVE, heartbeat
+from deep_pipeline.engine.live import LIVE, heartbeat, model_of
 from deep_pipeline.engine.records import ColumnRecord, MatrixRecord
 from deep_pipeline.llm.accounting import Usage
 from deep_pipeline.store import atomic_write_json, read_model, sha256_text
@@ -111,8 +111,10 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
         return column
 
     ended = [0]
-    waiting_on = (lambda: f"column {ended[0] + 1}/{len(todo)} of {step.key} waiting on "
-                  f"{'the local model' if judge.is_local else judge.settings.model}")
+
+    def waiting_on() -> str:
+        return f"column {ended[0] + 1}/{len(todo)} of {step.key} waiting on {model_of(judge)}"
+
     # The client's limiter keeps the compile's calls in flight under its cap.
     pool = ThreadPoolExecutor(max_workers=ctx.config.parallel)
     futures = [pool.submit(score, dim) for dim in todo]
