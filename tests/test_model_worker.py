@@ -98,3 +98,22 @@ def test_an_idle_worker_exits_and_removes_its_state(home, monkeypatch):
     time.sleep(0.3)
     stat_file = Path(f"/proc/{pid}/stat")  # gone, or a zombie this test process has not reaped
     assert not stat_file.exists() or stat_file.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_chat_rollouts_deadline_starts_once_the_worker_is_up(home, tmp_path):
+    # Issue 21 item 10: a Dagster run's first send starts the model worker (litellm's import,
+    # 3 s measured here); that is the machinery's start-up, not the agent's 2 s.
+    from deep_pipeline.llm.client import ModelClient, ModelSettings
+    from deep_pipeline.rollouts.base import RolloutTask
+    from deep_pipeline.rollouts.chat import ChatRunner
+
+    package = tmp_path / "skill"
+    package.mkdir()
+    (package / "SKILL.md").write_text("---\nname: haiku\ndescription: Writes haiku.\n---\n# Haiku\n\nCount 5-7-5.\n")
+    with ScriptedOpenAIServer([{"content": "rain on the roof"}]) as server:
+        runner = ChatRunner(lambda: ModelClient(ModelSettings(model="openai/agent", api_base=server.api_base), "agent",
+                                                transport=WorkerTransport(home)), timeout_s=2.0)
+        [trace] = runner.run_batch(package_dir=package, skill_sha256="sha", batch="input", n=1,
+                                   task=RolloutTask(prompt="Write a haiku.", skill_name="haiku"),
+                                   archive_dir=tmp_path / "raw")
+    assert (trace.error_category, trace.final_output) == (None, "rain on the roof")

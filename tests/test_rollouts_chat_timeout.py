@@ -48,12 +48,15 @@ def test_a_slow_chat_rollout_is_a_timeout_trace_at_its_deadline(tmp_path, script
     assert len(requests) == 2 and all(r.timeout <= 1.0 for r in requests)  # one call each, never resent
 
 
-def test_a_retry_after_a_short_client_timeout_is_never_sent_past_the_deadline(tmp_path, scripted_llm):
-    # The client's own timeout (0.4 s) is shorter than the rollout's (1 s): one resend fits, with
-    # only the time left as its timeout; a third would start past the deadline.
+def test_a_hung_request_is_resent_within_the_deadline_and_is_an_api_error_without_answer(tmp_path, scripted_llm):
+    # Issue 21 item 28: the per-call timeout (agent_timeout_s, 0.4 s) is shorter than the
+    # rollout's (1 s): a request with no answer by then hung, and is resent with only the time
+    # left as its timeout; a third would start past the deadline. No send ever answered: the
+    # machinery's failure (api_error, run again), not the agent's timeout.
     scripted_llm.always("agent", slow(5.0))
     [trace], wall = run(tmp_path, client_timeout_s=0.4, n=1)
-    assert trace.error_category == "timeout" and wall < 2.0
+    assert (trace.error_category, trace.timed_out) == ("api_error", False) and wall < 2.0
+    assert "no time left" in trace.error_reason and "agent" in trace.error_reason
     first, *resends = scripted_llm.requests_for("agent")
     assert first.timeout == 0.4 and resends and resends[-1].timeout <= 0.61
     assert all(r.at - first.at < 1.0 for r in resends)
@@ -87,3 +90,30 @@ def test_slow_candidates_of_a_prompt_only_compile_are_rejected_for_timeout(tmp_p
         # comparison.json keeps the judge's regressions (none here) and the rule's apart.
         stored = read_model(ctx.cdir.iteration_dir(decision.level, decision.index) / "comparison.json", ComparisonRecord)
         assert (stored.comparison.runtime_regressions, stored.rule_regressions) == ([], ["timeout"])
+
+
+def test_one_hung_agent_request_is_resent_and_changes_nothing(tmp_path, scripted_llm, monkeypatch):
+    # Issue 21 item 28: a request that hangs is held only for agent_timeout_s, then resent
+    # inside the rollout's deadline; its rollout is a trace like the others, not a `timeout`.
+    from deep_pipeline.llm import client
+
+    monkeypatch.setattr(client, "BACKOFF_S", 0.0)
+    install_world(scripted_llm, World(low={("s01-when-to-use", "clarity"): 2}))
+    hung = []
+
+    def agent(request):
+        if not hung:  # the first request of the compile never answers
+            hung.append(request)
+            return slow(30.0)
+        return "- shipped the parser"
+
+    scripted_llm.always("agent", agent)
+    skill, bundle = make_inputs(tmp_path)
+    overrides = {**CONFIG, "runner": "chat", "rollout_timeout_s": 20, "agent_timeout_s": 0.5, "section_iterations": 1}
+    record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), overrides))
+    ctx = StepContext.open(tmp_path / "store", record.key)
+    drive(ctx, run_step)
+    traces = ctx.cdir.traces("input")
+    assert [(t.error_category, t.final_output) for t in traces] == [(None, "- shipped the parser")] * 2
+    requests = scripted_llm.requests_for("agent")
+    assert requests[0].timeout == 0.5  # the per-call timeout, not the rollout's 20 s

@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "First, as `compile` does, it releases what a killed run left (its Dagster runs and pool slots, "
                        "agents, rollout sandboxes); a finalized compile missing report.html gets it written.")
     r.add_argument("compile_key", metavar="COMPILE")
+    r.add_argument("--config", type=Path, metavar="FILE", help="YAML of the settings that are not the compile's identity, "
+                   "to change before carrying on: judge_timeout_s, editor_timeout_s, agent_timeout_s, "
+                   "judge_api_key_env, editor_api_key_env, agent_api_key_env")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--json", action="store_true", help=JSON_HELP)
     r.set_defaults(handler=_resume)
@@ -148,11 +151,14 @@ def _compile(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from deep_pipeline.engine.compiles import find_compile
+    from deep_pipeline.engine.compiles import find_compile, resume_settings
+    from deep_pipeline.engine.settings import read_config_file
 
     _home(create=False)
     root = homes.store_root()
-    find_compile(root, args.compile_key)  # an unknown compile is refused before the home is touched
+    cdir = find_compile(root, args.compile_key)  # an unknown compile is refused before the home is touched
+    if args.config:
+        resume_settings(cdir, read_config_file(args.config), str(args.config))
     root = _writable_store()
     instance = _instance()
     return _drive(args, instance, root, args.compile_key)
@@ -240,15 +246,34 @@ class _LiveLine(logging.Handler):
         sys.stdout.flush()
 
 
+class _HeartbeatLines(logging.Handler):
+    """engine.live without a terminal (a log, `make demo`'s tee): only the heartbeats of a long wait, a line each."""
+
+    def __init__(self, stream) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "heartbeat", False):
+            print("  " + self.format(record), file=self._stream, flush=True)
+
+
 @contextlib.contextmanager
 def _live_lines(args):
-    """Live progress within a step, only on a terminal (a log or a pipe gets the step lines only)."""
+    """Live progress within a step: on a terminal an overwritten line; elsewhere the heartbeats only.
+
+    Under --json stdout holds the one object, so the heartbeats go to stderr with the step lines.
+    """
     from deep_pipeline.engine.live import LIVE
 
-    if getattr(args, "quiet", False) or getattr(args, "json", False) or not sys.stdout.isatty():
-        yield  # --json: stdout holds the one object, and its step lines go to stderr
+    if getattr(args, "quiet", False):
+        yield
         return
-    handler, level = _LiveLine(), LIVE.level
+    if getattr(args, "json", False):
+        handler = _HeartbeatLines(sys.stderr)
+    else:
+        handler = _LiveLine() if sys.stdout.isatty() else _HeartbeatLines(sys.stdout)
+    level = LIVE.level
     LIVE.addHandler(handler)
     LIVE.setLevel(logging.INFO)
     try:

@@ -88,7 +88,10 @@ DEFAULT_DIMENSIONS: tuple[Dimension, ...] = (
 # Settings that say how the machinery runs, not what the compile decides: left out of the
 # compile's identity (SPEC §2), so raising one (a timeout, a key's variable name) and running
 # the same command again resumes the compile instead of starting a new one.
-OPERATIONAL_SETTINGS: frozenset[str] = frozenset({"judge_api_key_env", "editor_api_key_env", "agent_api_key_env"})
+OPERATIONAL_SETTINGS: frozenset[str] = frozenset({
+    "judge_api_key_env", "editor_api_key_env", "agent_api_key_env",
+    "judge_timeout_s", "editor_timeout_s", "agent_timeout_s",
+})
 # An environment variable's name (never its value: a value in the config would land on disk).
 VARIABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -114,6 +117,11 @@ class CompileConfig(BaseModel):
     judge_max_tokens: int = Field(default=1024, ge=64)
     editor_max_tokens: int = Field(default=2048, ge=64)
     agent_max_tokens: int = Field(default=1024, ge=64)
+    # Per-call timeouts per role, counted from when a request is sent (not while it waits for
+    # a slot); None: 900 s for the embedded local model (a slow CPU), 120 s for a hosted one.
+    judge_timeout_s: float | None = Field(default=None, gt=0, le=DURATION_MAX_S)
+    editor_timeout_s: float | None = Field(default=None, gt=0, le=DURATION_MAX_S)
+    agent_timeout_s: float | None = Field(default=None, gt=0, le=DURATION_MAX_S)
     # Rollouts are samples of what the agent does (SPEC §6.4, §10's pass rates): the agent's
     # model samples. The judge is asked for a verdict: deterministic unless compare_samples
     # should see its spread; the editor stays at 0.

@@ -24,6 +24,7 @@ from deep_pipeline.engine.batch import load_manifest
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.live import heartbeats_to
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.errors import InputError
@@ -219,7 +220,7 @@ def asset_step(context: dg.AssetExecutionContext, ctx: StepContext, first: bool 
     if first and (warning := instance_warning(context.instance)):
         print(f"deep-pipeline: warning: {warning}", file=sys.stderr, flush=True)
         context.log.warning(warning)
-    with ctx.step_lock(context.log.warning):
+    with ctx.step_lock(context.log.warning), heartbeats_to(context.log.info):  # a long wait shows in the event log
         yield
         if ends_step(context):  # under the lock: read as this step left the records
             log_timeline(context, ctx)

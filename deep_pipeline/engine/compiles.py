@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from deep_pipeline.core.config import CompileConfig
+from deep_pipeline.core.config import OPERATIONAL_SETTINGS, CompileConfig
 from deep_pipeline.core.keys import compile_key
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import CompileRecord
@@ -25,7 +25,6 @@ def compile_identity(package_hash: str, bundle_hash: str, config: CompileConfig)
 def check_models(config: CompileConfig, transport=None) -> None:
     """An unknown runner or model name fails before anything is registered (`transport`: where litellm runs)."""
     from deep_pipeline.engine.services import check_local_model, validate_model_name
-    from deep_pipeline.llm.access import key_env_problem
 
     roles = {"judge": config.judge_model, "editor": config.editor_model}
     if config.runner in ("chat", "mini-swe-agent"):
@@ -34,9 +33,7 @@ def check_models(config: CompileConfig, transport=None) -> None:
         validate_model_name(model, f"{role}_model", getattr(config, f"{role}_api_base"), transport)
     if config.runner == "command" and config.agent_model == "local":  # the command agent is pointed at it too
         check_local_model("agent_model")
-    for role in ("judge", "editor", "agent"):  # a named key variable must hold a key now, not at the first call
-        if problem := key_env_problem(role, getattr(config, f"{role}_api_key_env"), getattr(config, f"{role}_api_base")):
-            raise InputError(problem)
+    check_key_variables(config)
     if config.runner == "command" and not config.agent_command:
         raise InputError("config: agent_command: the command runner needs an agent command template")
     if config.runner == "command":
@@ -74,7 +71,7 @@ def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: Com
     key = compile_key(skill.name, identity)
     cdir = CompileDir(root, key)
     if cdir.exists():
-        return cdir.record()
+        return apply_operational_settings(cdir, config)
     record = CompileRecord(
         key=key,
         identity=identity,
@@ -92,6 +89,46 @@ def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: Com
     _write_inputs(cdir, skill.root, Path(bundle_path))
     atomic_write_json(cdir.record_path, record)  # last: from here on the compile exists
     return record
+
+
+def check_key_variables(config: CompileConfig) -> None:
+    """A named key variable must hold a key now, not at the first call."""
+    from deep_pipeline.llm.access import key_env_problem
+
+    for role in ("judge", "editor", "agent"):
+        if problem := key_env_problem(role, getattr(config, f"{role}_api_key_env"), getattr(config, f"{role}_api_base")):
+            raise InputError(problem)
+
+
+def apply_operational_settings(cdir: CompileDir, config: CompileConfig) -> CompileRecord:
+    """The operational settings given now win over the stored ones: they are not the compile's
+    identity, so raising a timeout and running the same command again carries it on with it."""
+    record = cdir.record()
+    update = {name: getattr(config, name) for name in sorted(OPERATIONAL_SETTINGS)
+              if getattr(config, name) != getattr(record.config, name)}
+    if not update:
+        return record
+    record = record.model_copy(update={"config": record.config.model_copy(update=update)})
+    atomic_write_json(cdir.record_path, record)
+    return record
+
+
+def resume_settings(cdir: CompileDir, overrides: dict, origin: str) -> CompileRecord:
+    """`resume --config`: only operational settings may change; the others are the compile's identity."""
+    from pydantic import ValidationError
+
+    for name in overrides:
+        if name not in OPERATIONAL_SETTINGS:
+            raise InputError(f"{origin}: {name}: resume changes only {', '.join(sorted(OPERATIONAL_SETTINGS))}; "
+                             "another setting is another compile (run `compile` with it)")
+    record = cdir.record()
+    try:
+        config = CompileConfig.model_validate({**record.config.model_dump(), **overrides})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"{origin}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    check_key_variables(config)
+    return apply_operational_settings(cdir, config)
 
 
 def _write_inputs(cdir: CompileDir, skill_root: Path, bundle_path: Path) -> None:

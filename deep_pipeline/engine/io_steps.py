@@ -9,7 +9,7 @@ from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Decision, Trace
 from deep_pipeline.core.skill_use import IterationSkillUse, share
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.live import LIVE
+from deep_pipeline.engine.live import LIVE, heartbeat
 from deep_pipeline.engine.records import CompileRecord, Report, RolloutsRecord, TraceBatchRecord
 from deep_pipeline.errors import StepError, one_line
 from deep_pipeline.store import (
@@ -83,10 +83,15 @@ def roll_out(ctx: StepContext, package_dir, skill_sha256: str, batch: str) -> li
     ended: list[int] = list(done)
 
     task = RolloutTask(prompt=ctx.task_prompt, task_dir=record.task_dir, skill_name=record.skill_name)
-    traces = ctx.services.runner.run_batch(
-        package_dir=package_dir, skill_sha256=skill_sha256, task=task, batch=batch, n=record.config.rollouts,
-        archive_dir=cdir.raw_dir(batch), done=done, progress=store,
-    )
+
+    def waiting_on() -> str:
+        return f"rollout {len(ended) + 1}/{record.config.rollouts} of {batch} waiting on the agent"
+
+    with heartbeat(waiting_on):
+        traces = ctx.services.runner.run_batch(
+            package_dir=package_dir, skill_sha256=skill_sha256, task=task, batch=batch, n=record.config.rollouts,
+            archive_dir=cdir.raw_dir(batch), done=done, progress=store,
+        )
     faults = [t for t in traces if t.error_category in MACHINE_FAULT_CATEGORIES]
     if faults:
         first = faults[0]

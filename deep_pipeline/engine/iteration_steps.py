@@ -28,6 +28,7 @@ from deep_pipeline.core.skill_use import SkillUse, not_applicable_reason, skill_
 from deep_pipeline.llm.accounting import usage_of_calls
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.io_steps import roll_out
+from deep_pipeline.engine.live import heartbeat, model_of
 from deep_pipeline.engine.records import (
     CandidateRecord,
     ComparisonRecord,
@@ -95,7 +96,8 @@ def edit_step(it: Iteration) -> EditRecord:
     first_attempt = len(stored.attempts) if stored is not None else 0
     if stored is not None:
         _drop_downstream(it)
-    record = _write_edit(it, state, action, len(history.events), first_attempt)
+    with heartbeat(lambda: f"the edit of {it.key} waiting on {model_of(ctx.services.editor)}"):
+        record = _write_edit(it, state, action, len(history.events), first_attempt)
     atomic_write_json(it.path("edit.json"), record)
     return record
 
@@ -243,7 +245,8 @@ def comparison_step(it: Iteration, edit: EditRecord, rollouts: RolloutsRecord) -
             incumbent_batch=edit.incumbent_batch, candidate_batch=rollouts.batch, usage=usage_of_calls(calls),
         )
 
-    return it.once("comparison.json", ComparisonRecord, make)
+    with heartbeat(lambda: f"the comparison of {it.key} waiting on {model_of(ctx.services.judge)}"):
+        return it.once("comparison.json", ComparisonRecord, make)
 
 
 class Decided(NamedTuple):

@@ -13,7 +13,7 @@ from deep_pipeline.core.actions import ScoreLevel
 from deep_pipeline.core.units import cut_units
 from deep_pipeline.llm.accounting import usage_of_calls
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.live import LIVE
+from deep_pipeline.engine.live import LIVE, heartbeat, model_of
 from deep_pipeline.engine.records import ColumnRecord, MatrixRecord
 from deep_pipeline.llm.accounting import Usage
 from deep_pipeline.store import atomic_write_json, read_model, sha256_text
@@ -79,19 +79,26 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
     if not todo:
         return
     traces = ctx.cdir.traces(start.trace_batch)
-    judge = ctx.services.judge  # one client (one budget, one cap) for every column thread
+    # One client (one budget, one cap) for every column thread, whose sends stop with the step.
+    judge = ctx.services.judge.stoppable()
     task_prompt = ctx.task_prompt  # read once, not by each column thread
 
     def score(dim):
-        result = score_column(
-            judge,
-            step_key=column_call_key(step.key, dim.name),
-            task_prompt=task_prompt,
-            skill_text=start.skill_text,
-            units=start.units,
-            dimension=dim,
-            traces=traces,
-        )
+        try:
+            result = score_column(
+                judge,
+                step_key=column_call_key(step.key, dim.name),
+                task_prompt=task_prompt,
+                skill_text=start.skill_text,
+                units=start.units,
+                dimension=dim,
+                traces=traces,
+            )
+        except BudgetExhausted:
+            raise  # every column meets the budget on its own: the matrix is recorded as stopped there
+        except BaseException:
+            judge.stop()  # at once, from this thread: no column is sent after a failed one
+            raise
         column = ColumnRecord(
             dimension=dim.name,
             cells=result.cells,
@@ -103,16 +110,31 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
         atomic_write_json(step.column_path(dim.name), column)
         return column
 
+    ended = [0]
+
+    def waiting_on() -> str:
+        return f"column {ended[0] + 1}/{len(todo)} of {step.key} waiting on {model_of(judge)}"
+
     # The client's limiter keeps the compile's calls in flight under its cap.
-    with ThreadPoolExecutor(max_workers=ctx.config.parallel) as pool:
-        futures = [pool.submit(score, dim) for dim in todo]
-        for number, future in enumerate(as_completed(futures), start=1):
-            try:
-                column = future.result()
-            except BudgetExhausted:
-                continue  # the matrix is recorded as stopped at the budget
-            LIVE.info("%s: column %s scored (%d of %d)", step.key, column.dimension, number, len(todo))
-            yield column
+    pool = ThreadPoolExecutor(max_workers=ctx.config.parallel)
+    futures = [pool.submit(score, dim) for dim in todo]
+    try:
+        with heartbeat(waiting_on):
+            for future in as_completed(futures):
+                ended[0] += 1
+                try:
+                    column = future.result()
+                except BudgetExhausted:
+                    continue  # the matrix is recorded as stopped at the budget
+                LIVE.info("%s: column %s scored (%d of %d)", step.key, column.dimension, ended[0], len(todo))
+                yield column
+    except BaseException:
+        # The first failed column fails the step now: the others are not sent, and those in
+        # flight end at their current send (the columns already stored are kept).
+        judge.stop()  # again, for a failure here (an interrupt) rather than in a column
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def assemble_matrix(step: MatrixStep) -> MatrixRecord:

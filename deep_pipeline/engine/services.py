@@ -76,6 +76,7 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
     `transport`: where litellm runs (llm/transport.py; None: in this process)."""
     from deep_pipeline.llm.budget import Budget
     from deep_pipeline.llm.client import ModelClient, ModelSettings
+    from deep_pipeline.llm.timeouts import default_timeout_s
     from deep_pipeline.rollouts import make_runner
 
     config = record.config
@@ -85,11 +86,12 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
 
     def client(model: str, api_base: str | None, role: str) -> ModelClient:
         max_tokens = getattr(config, f"{role}_max_tokens")
-        # A chat rollout is one call: it may take the rollout's whole time (its deadline bounds it).
-        timeout = {"timeout_s": config.rollout_timeout_s} if role == "agent" else {}
+        # A chat rollout's sends are also bounded by its deadline (rollouts/chat.py).
+        timeout_s = getattr(config, f"{role}_timeout_s") or default_timeout_s(model)
         return ModelClient(
             ModelSettings(model=model, api_base=api_base, max_tokens=max_tokens, temperature=temperature_of(config, role),
-                          **role_key_settings(config, role, api_keys), **timeout),
+                          **role_key_settings(config, role, api_keys), timeout_s=timeout_s,
+                          timeout_setting=f"{role}_timeout_s"),
             role,
             cache_dir=cdir.llm_cache,
             calls_log=cdir.calls_log,

@@ -9,6 +9,9 @@ Two kinds of retry, kept apart:
 - a transient failure (rate limit, timeout, connection, 5xx) is resent unchanged
   after an exponential backoff with jitter, up to `retries` times, never past the
   caller's deadline (a chat rollout's timeout).
+Each send may take the role's per-call timeout (`judge_timeout_s`, ...), counted from
+when the request is sent: the wait for a call slot (the compile's `parallel`, the local
+model's one slot) and litellm's own start-up are the machinery's time, not the model's.
 An access failure (credentials, permission, unknown model) is never resent (ModelAccessError).
 
 A call is counted once its answer is kept: cached first, logged after, and a cached
@@ -17,6 +20,8 @@ answer whose log line a crash prevented is logged when next served.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import random
 import threading
 import time
@@ -36,6 +41,7 @@ from deep_pipeline.llm.transport import SendRequest, SendResult, Transport
 from deep_pipeline.llm.transport import load_litellm  # noqa: F401 - its old home, still imported from here
 from deep_pipeline.llm.cache import ResponseCache, cache_key
 from deep_pipeline.llm.schemas import describe_errors, response_format
+from deep_pipeline.llm.timeouts import HOSTED_TIMEOUT_S, Deadline, default_timeout_s  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     from deep_pipeline.llm.budget import Budget
@@ -60,7 +66,9 @@ class ModelSettings(BaseModel):
     api_base: str | None = None
     temperature: float = 0.0
     max_tokens: int = 1024
-    timeout_s: float = 120.0
+    timeout_s: float = HOSTED_TIMEOUT_S
+    # The setting that gives timeout_s (`judge_timeout_s`, ...), named when calls time out.
+    timeout_setting: str | None = None
     # A provider key handed over by a Dagster resource; None = litellm reads the environment.
     # Excluded from dumps, so it never reaches a cache key, a record or a log.
     api_key: str | None = Field(default=None, repr=False, exclude=True)
@@ -70,7 +78,8 @@ class ModelSettings(BaseModel):
 
 
 class ModelTimeout(StepError):
-    """The caller's deadline passed before the model answered (a chat rollout's timeout)."""
+    """The caller's deadline passed while the model was still working on its first send (a chat
+    rollout's timeout). A deadline that passes after sends that got no answer is a StepError."""
 
 
 class _Transient(Exception):
@@ -109,6 +118,17 @@ class ModelClient:
         self._cache = ResponseCache(Path(cache_dir)) if cache_dir else None
         self._limiter = limiter or threading.BoundedSemaphore(DEFAULT_PARALLEL)
         self.transport = transport or default_transport()
+        self._stopped = threading.Event()  # set by stop(): no further send
+
+    def stoppable(self) -> "ModelClient":
+        """This client (its cache, budget and cap) with sends of its own that `stop()` ends:
+        a step stops at its first failed call instead of sending the rest."""
+        view = copy.copy(self)
+        view._stopped = threading.Event()
+        return view
+
+    def stop(self) -> None:
+        self._stopped.set()
 
     @property
     def is_local(self) -> bool:
@@ -161,11 +181,14 @@ class ModelClient:
             ]
         raise AnswerError(f"{self.describe(step_key)} gave no valid answer in {max_attempts} attempts: {problem}")
 
-    def complete(self, step_key: str, messages: list[dict], *, deadline: float | None = None) -> tuple[str, CallRecord]:
+    def complete(self, step_key: str, messages: list[dict], *, deadline: Deadline | None = None) -> tuple[str, CallRecord]:
         """Free text (the chat rollout runner). Independent samples need distinct step keys.
 
-        `deadline` (a time.monotonic() value) bounds the call and its resends: each is sent
-        with at most the time left as its timeout, and none is sent past it (ModelTimeout).
+        `deadline` bounds the call and its resends from the first send: each is sent with at
+        most the time left as its timeout, and none past it. If the first send is still
+        unanswered at the deadline the model was too slow (ModelTimeout); if earlier sends
+        got no answer within the per-call timeout (a hung request), or could not connect,
+        the failure is the machinery's (StepError), whatever the deadline.
         """
         messages = list(messages)
         key = self._key(step_key, 1, messages, None)
@@ -188,7 +211,7 @@ class ModelClient:
             model=self.settings.model,
             messages=messages,
             schema=answer_format,
-            parameters=self.settings.model_dump(exclude={"model", "timeout_s"}),
+            parameters=self.settings.model_dump(exclude={"model", "timeout_s", "timeout_setting"}),
         )
 
     def _cached(self, key: str) -> tuple[str, list[CallRecord]] | None:
@@ -218,37 +241,62 @@ class ModelClient:
     # -- one call: the network ----------------------------------------------------
 
     def _send_with_retries(self, step_key: str, attempt: int, messages: list[dict], answer_format: dict | None,
-                           deadline: float | None = None) -> tuple[str, CallRecord]:
+                           deadline: Deadline | None = None) -> tuple[str, CallRecord]:
         for resend in range(self.retries + 1):
             try:
-                return self._send_once(step_key, attempt, messages, answer_format, deadline)
+                return self._send_once(step_key, attempt, messages, answer_format, deadline, first=resend == 0)
             except _Transient as exc:
                 failure = exc
+                if (failure.retry_after_s or 0.0) > RETRY_AFTER_CAP_S:
+                    # The provider's outage: fail the step (a resume carries on) rather than hang it.
+                    raise StepError(f"{self.describe(step_key)}: the provider asked to wait "
+                                    f"{failure.retry_after_s:g} s (Retry-After), more than {RETRY_AFTER_CAP_S:g} s; "
+                                    f"run again later to carry on: {failure}") from None
                 if resend == self.retries:
                     break
                 # Exponential backoff with full jitter in its upper half.
                 wait = self.backoff_s * (2**resend) * random.uniform(0.5, 1.0)
                 # A rate limit's Retry-After says when a resend can succeed: sooner only adds to the storm.
-                wait = max(wait, min(failure.retry_after_s or 0.0, RETRY_AFTER_CAP_S))
-                if deadline is not None and time.monotonic() + wait >= deadline:
-                    if failure.timed_out:  # the model was too slow for the time it had
-                        raise ModelTimeout(f"{self.describe(step_key)}: no answer before its deadline ({failure})")
-                    # A model that cannot be reached is the machinery's failure, not the agent's timeout.
+                wait = max(wait, failure.retry_after_s or 0.0)
+                if deadline is not None and time.monotonic() + wait >= deadline.at:
+                    # Sends that got no answer (or no connection) are the machinery's failure, not the agent's timeout.
                     raise StepError(f"{self.describe(step_key)} failed {resend + 1} times, no time left "
-                                    f"for another before its deadline: {failure}") from None
-                time.sleep(wait)
-        raise StepError(f"{self.describe(step_key)} failed {self.retries + 1} times: {failure}")
+                                    f"for another before its deadline: {self._failure_line(failure)}") from None
+                if self._stopped.wait(wait):
+                    raise StepError(f"{self.describe(step_key)}: not resent, its step stopped at another call's "
+                                    f"failure: {failure}") from None
+        raise StepError(f"{self.describe(step_key)} failed {self.retries + 1} times: {self._failure_line(failure)}")
+
+    def _failure_line(self, failure: "_Transient") -> str:
+        """The failure, and for a timeout what was slow and which setting to raise."""
+        if not failure.timed_out:
+            return str(failure)
+        setting = self.settings.timeout_setting or "the role's timeout"
+        line = (f"{failure}; each send had {self.settings.timeout_s:g} s ({setting}), counted from when it was sent: "
+                f"raise {setting} in the compile's config and run the same command again to carry on")
+        if self.is_local:
+            from deep_pipeline.llm.local_model import server_log
+
+            line += f" (the local model's log: {server_log(self.local_home)})"
+        return line
 
     def _send_once(self, step_key: str, attempt: int, messages: list[dict], answer_format: dict | None,
-                   deadline: float | None = None) -> tuple[str, CallRecord]:
+                   deadline: Deadline | None = None, first: bool = True) -> tuple[str, CallRecord]:
         """One send; an answer's record is returned to be logged once it is kept, a failure's is logged here."""
         model, api_base, api_key = self._target(messages)
-        with self._limiter:  # the compile's cap on calls in flight; the wait is not latency
+        # The compile's cap on calls in flight, then the local model's one slot: waits, not latency.
+        with self._limiter, self._slot():
+            if self._stopped.is_set():
+                raise StepError(f"{self.describe(step_key)}: not sent, its step stopped at another call's failure")
             timeout_s = self.settings.timeout_s
             if deadline is not None:
-                timeout_s = min(timeout_s, deadline - time.monotonic())
+                if (warm := getattr(self.transport, "warm", None)) is not None:
+                    warm()  # litellm's import: the machinery's start-up, before the deadline starts
+                deadline.start()
+                timeout_s = min(timeout_s, deadline.left())
                 if timeout_s <= 0:
-                    raise ModelTimeout(f"{self.describe(step_key)}: its deadline passed before it was sent")
+                    raise StepError(f"{self.describe(step_key)}: its deadline passed before it could be resent")
+            cut_by_deadline = deadline is not None and timeout_s < self.settings.timeout_s
             if self.budget is not None:
                 estimate = self._estimate_usd(model, messages) if self.budget.max_usd is not None else None
                 self.budget.reserve(estimate)  # raises BudgetExhausted before anything is sent
@@ -271,10 +319,19 @@ class ModelClient:
 
                 forget_local_server(self.local_home)  # it may have died: re-check before the resend
             timed_out = sent.failure == "timeout"
-            if timed_out and deadline is not None and time.monotonic() >= deadline - 0.05:  # it had all the time left
+            # Still working on its only send when the time was up (not a connection that timed out early).
+            if timed_out and first and cut_by_deadline and deadline.left() <= 0.05:
                 raise ModelTimeout(f"{self.describe(step_key)}: no answer before its deadline ({one_line(record.error)})")
             raise _Transient(one_line(record.error), timed_out, sent.retry_after_s)
         raise StepError(f"{self.describe(step_key)} failed: {one_line(record.error)}")
+
+    def _slot(self):
+        """The embedded model serves one request at a time: its callers queue here, across processes."""
+        if not self.is_local:
+            return contextlib.nullcontext()
+        from deep_pipeline.llm.local_model import local_slot
+
+        return local_slot(self.local_home)
 
     def _target(self, messages: list[dict]) -> tuple[str, str | None, str | None]:
         """(litellm model string, api_base, api_key); keys otherwise come from the environment."""

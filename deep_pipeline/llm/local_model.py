@@ -120,6 +120,22 @@ def stop_local_server(home: Path | None = None) -> bool:
         return True
 
 
+def server_log(home: Path | None = None) -> Path:
+    return Path(home or default_home()).resolve() / "local_model" / "server.log"
+
+
+@contextmanager
+def local_slot(home: Path | None = None):
+    """Hold the server's one slot (llama.cpp's n_parallel=1) for one request.
+
+    A request sent while another is served would wait inside the server, its timeout
+    running; callers wait here instead, in every process and thread alike (a file lock).
+    """
+    folder = Path(home or default_home()).resolve() / "local_model"
+    with _file_lock(folder / "slot.lock"):
+        yield
+
+
 def check_prompt_fits(server: LocalServer, messages: list[dict], max_tokens: int) -> int:
     """Count the prompt's tokens with the server's own template and tokenizer; refuse rather than truncate."""
     try:

@@ -94,6 +94,13 @@ class WorkerTransport:
                               latency_s=time.monotonic() - started, cost_usd=0.0 if request.free else None)
         return SendResult.model_validate(answer)
 
+    def warm(self) -> None:
+        """Start the worker now (its litellm import), before a caller's clock starts."""
+        try:
+            self._connect().close()
+        except (OSError, StepError):
+            pass  # the send itself fails and is resent
+
     def estimate_usd(self, model: str, messages: list[dict], max_tokens: int) -> float | None:
         return self._call({"op": "estimate", "model": model, "messages": messages, "max_tokens": max_tokens}, 60)
 

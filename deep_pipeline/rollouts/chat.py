@@ -4,9 +4,12 @@ For prompt-only tasks and for models that cannot drive tools (the embedded local
 included). Each rollout is its own ModelClient call whose step key names the batch and
 the rollout index, so three rollouts are three samples, not one cache hit.
 
-A rollout has a deadline, `rollout_timeout_s` after it starts (SPEC §6.4): its call is
-sent with at most the time left as its timeout and never resent past it, and a rollout
-with no answer by then is a `timeout` trace, like an agent process killed at its limit.
+A rollout has a deadline, `rollout_timeout_s` after its request is first sent (SPEC §6.4):
+not after the rollout starts, since litellm's start-up and the queue for a call slot are
+the machinery's time (SPEC §9). Each send may take `agent_timeout_s` and at most the time
+left; a request with no answer by then is resent within the deadline. A model still working
+on its one request at the deadline was too slow: a `timeout` trace, like an agent process
+killed at its limit. Sends that got no answer at all (hung, unreachable) are `api_error`.
 """
 
 from __future__ import annotations
@@ -99,8 +102,9 @@ class ChatRunner:
         settings = getattr(client, "settings", None)
         labels["model"] = getattr(settings, "model", None) or self.default_model
         from deep_pipeline.llm.client import ModelTimeout
+        from deep_pipeline.llm.timeouts import Deadline
 
-        deadline = clock.started + self.timeout_s if self.timeout_s is not None else None
+        deadline = Deadline(self.timeout_s) if self.timeout_s is not None else None
         try:
             answer, record = client.complete(rollout_call_key(batch, index), messages, deadline=deadline)
         except ModelTimeout as exc:
@@ -113,7 +117,7 @@ class ChatRunner:
             return Trace(**labels, steps=steps, error_category="api_error", error_reason=reason,
                          duration_s=clock.elapsed)
         archive_file(archive_dir, index, "response.txt", answer)
-        if deadline is not None and not getattr(record, "cache_hit", False) and clock.elapsed > self.timeout_s + 1.0:
+        if deadline is not None and not getattr(record, "cache_hit", False) and deadline.overrun():
             # An answer that still came in late (a trickling stream) is past the limit all the same.
             return self._timed_out(labels, steps, clock, archive_dir, index, "the answer came after the deadline")
         steps.append(TraceStep(step=3, source="agent", text=answer))
