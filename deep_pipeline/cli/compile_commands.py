@@ -168,7 +168,7 @@ def _status(args: argparse.Namespace) -> int:
 
     from deep_pipeline.engine.compiles import find_compile, list_compiles
     from deep_pipeline.engine.context import StepContext
-    from deep_pipeline.engine.status import compile_status, format_status
+    from deep_pipeline.engine.status import compile_status, failure_line, format_status
 
     _home(create=False)  # status only reads: it creates neither the home nor an instance
     root = homes.store_root()
@@ -186,6 +186,8 @@ def _status(args: argparse.Namespace) -> int:
     for s in statuses:
         accepted = sum(d.accepted for d in s.decisions)
         where = s.state if s.state == "finalized" else f"{s.state}, next: {s.next_step}"
+        if s.failure:
+            where += f" ({failure_line(s.failure)})"
         print(f"{s.compile_key}\t{s.task_name}\t{len(s.decisions)} iterations, {accepted} accepted\t{where}")
     return 0
 
