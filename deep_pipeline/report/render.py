@@ -46,7 +46,8 @@ def header(page: ReportPage) -> str:
                (f"{lv.stop_reason or 'running'}: {lv.iterations} iterations, {lv.accepted} accepted, "
                 f"{lv.matrices} matrices")) for lv in r.levels]
     facts = [("skill", page.record.skill_name), ("task", r.task_name), ("status", r.status), *levels,
-             ("agent", f"{r.agent} ({r.agent_model})"), ("judge model", r.judge_model),
+             ("agent", f"{r.agent} ({r.agent_model})"), *([("replayed traces", r.replay)] if r.replay else []),
+             ("judge model", r.judge_model),
              ("editor model", r.editor_model), ("S_fast package", r.input_package_hash),
              ("S_final package", r.final_package_hash), ("S_final", r.final_skill_dir),
              ("verifier signal used", str(r.verifier_signal_used).lower()), ("finished", r.finished_at),
