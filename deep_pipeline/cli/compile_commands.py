@@ -152,8 +152,16 @@ def _drive(args, instance, root: Path, key: str) -> int:
           f"{sum(d.accepted for d in report.decisions)} accepted; {report.usage_total.calls} model calls, {cost}")
     print(f"S_final: {report.final_skill_dir}")
     print(f"report:  {root / key / 'report.json'}")
-    print(f"UI:      DAGSTER_HOME={os.environ['DAGSTER_HOME']} {_dagster_command()} dev -m deep_pipeline.definitions")
+    print(f"UI:      {ui_command()}")
     return 0
+
+
+def ui_command() -> str:
+    """The command that opens this home's compiles in the UI, as it runs when pasted: the
+    store too when it is not the home's own (else the UI would show none of them)."""
+    store = os.environ.get("DEEP_PIPELINE_STORE")
+    where = f"DAGSTER_HOME={os.environ['DAGSTER_HOME']}" + (f" DEEP_PIPELINE_STORE={Path(store).resolve()}" if store else "")
+    return f"{where} {_dagster_command()} dev -m deep_pipeline.definitions"
 
 
 def _dagster_command() -> str:
