@@ -14,7 +14,7 @@ from deep_pipeline.core.models import Decision, Trace
 from deep_pipeline.core.skill_use import IterationSkillUse
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.evaluation import EvaluationResult, evaluations_dir
-from deep_pipeline.engine.records import ComparisonRecord, CompileRecord, MatrixRecord, Report
+from deep_pipeline.engine.records import ComparisonRecord, CompileRecord, EditRecord, MatrixRecord, Report
 from deep_pipeline.errors import InputError
 from deep_pipeline.store import read_model
 
@@ -47,6 +47,7 @@ class IterationView:
     comparison: ComparisonRecord | None
     skill_use: IterationSkillUse | None
     evidence: list[EvidenceRow] = field(default_factory=list)
+    edit: EditRecord | None = None  # the editor's edit of the unit, kept or not
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,10 @@ def iteration_views(cdir: CompileDir, report: Report) -> list[IterationView]:
         comparison = read_model(path, ComparisonRecord) if path.is_file() else None
         if comparison is not None and comparison.comparison is None:
             comparison = None  # short-circuited: nothing was compared
+        edit_path = path.with_name("edit.json")
         views.append(IterationView(number, decision, comparison, uses.get((decision.level, decision.index)),
-                                   evidence_rows(comparison, traces) if comparison else []))
+                                   evidence_rows(comparison, traces) if comparison else [],
+                                   read_model(edit_path, EditRecord) if edit_path.is_file() else None))
     return views
 
 
