@@ -46,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("status", help="list compiles and their state",
                        description="List the compiles in the store, one line each; with COMPILE, show its levels, "
-                       "stop reasons, decisions and where its records are. Reads only.")
+                       "stop reasons, decisions and where its records are. A compile whose last step run failed is "
+                       "'failed', with that run's id, error line and time. Reads only.")
     s.add_argument("compile_key", nargs="?", metavar="COMPILE")
     s.add_argument("--json", action="store_true", help="print the status as JSON (for scripts)")
     s.set_defaults(handler=_status)
