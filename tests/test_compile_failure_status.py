@@ -56,9 +56,28 @@ def test_a_failed_step_run_shows_as_failed_until_a_step_ends(env, scripted_llm, 
     assert last_row[1].startswith("[failed section/m00]") and f"/runs/{failed_run.run_id}" in last_row[1]
     assert last_row[4] == "failed" and last_row[9].startswith(f"{len(calls)} (")
 
+    # the HTML report of the unfinished compile is refused, naming the failure
+    assert main(["report", record.key]) == 2
+    refused = capsys.readouterr().err
+    assert "not finalized" in refused and failed_run.run_id in refused and "\n" not in refused.strip()
+
     # mended and resumed: the next step that ends clears it
     install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
     drive(instance, env / "store", record.key)
     status = compile_status(StepContext.open(env / "store", record.key))
     assert status.state == "finalized" and status.failure is None
     assert observations(instance, record.key)[-1].metadata["last_failure"].value == "-"
+
+
+def test_a_failure_line_never_keeps_a_key(tmp_path, monkeypatch):
+    from deep_pipeline.engine.compile_dir import CompileDir
+    from deep_pipeline.engine.failures import last_failure, record_failure
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-live-abcdef123456")
+    cdir = CompileDir(tmp_path, "demo-abc123")
+    cdir.path.mkdir()
+    record_failure(cdir, "run-1", "demo-abc123/section/m00", "score_matrix",
+                   "refused: Incorrect API key provided: sk-live-abcdef123456\n  Traceback (most recent call last): ...")
+    failure = last_failure(cdir)
+    assert "sk-live" not in (cdir.path / "last_failure.json").read_text() and "<redacted>" in failure.error
+    assert "\n" not in failure.error and "Traceback" not in failure.error

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.errors import one_line
+from deep_pipeline.secrets import redact
 from deep_pipeline.store import atomic_write_json, read_model
 
 FAILURE_FILE = "last_failure.json"
@@ -42,7 +43,8 @@ def record_failure(cdir: CompileDir, run_id: str, partition: str, step: str, err
     """Say the step failed. Never masks the failure it records: a folder gone or unwritable is skipped."""
     if not cdir.path.is_dir():
         return
-    failure = StepFailure(run_id=run_id, partition=partition, step=step, error=one_line(error, 600), at=time.time())
+    # A provider's error may echo what it was sent: our keys are blanked out before it is kept.
+    failure = StepFailure(run_id=run_id, partition=partition, step=step, error=one_line(redact(error), 600), at=time.time())
     try:
         atomic_write_json(failure_path(cdir), failure)
     except OSError:

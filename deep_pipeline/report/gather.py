@@ -14,6 +14,8 @@ from deep_pipeline.core.models import Decision, Trace
 from deep_pipeline.core.skill_use import IterationSkillUse
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.evaluation import EvaluationResult, evaluations_dir
+from deep_pipeline.engine.failures import last_failure
+from deep_pipeline.engine.status import failure_line
 from deep_pipeline.engine.records import ComparisonRecord, CompileRecord, EditRecord, MatrixRecord, Report
 from deep_pipeline.errors import InputError
 from deep_pipeline.store import read_model
@@ -72,7 +74,9 @@ class ReportPage:
 def gather(cdir: CompileDir) -> ReportPage:
     record = cdir.record()  # an unknown compile fails here, before anything is read
     if not cdir.report_path.is_file():
-        raise InputError(f"{cdir.key}: not finalized (no report.json); the HTML report is made from a finished "
+        failure = last_failure(cdir)
+        failed = f"; its last step run failed: {failure_line(failure)}" if failure else ""
+        raise InputError(f"{cdir.key}: not finalized (no report.json){failed}; the HTML report is made from a finished "
                          f"compile (`deep-pipeline resume {cdir.key}` carries it on)")
     report = read_model(cdir.report_path, Report)
     final_md = cdir.final_skill / "SKILL.md"
