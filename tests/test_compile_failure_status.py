@@ -35,6 +35,8 @@ def test_a_failed_step_run_shows_as_failed_until_a_step_ends(env, scripted_llm, 
     failure = status.failure
     assert failure.run_id == failed_run.run_id and failure.partition == f"{record.key}/section/m00"
     assert "x-api-key" in failure.error and "\n" not in failure.error and failure.at > 0
+    assert not failure.error.startswith("deep_pipeline.")  # the step's own line, not Dagster's wrapping of it
+    assert failure.step == "score_matrix"
     text = format_status(status)
     assert "state: failed" in text and f"run {failed_run.run_id}" in text and "x-api-key" in text
 
