@@ -39,8 +39,9 @@ test: setup
 test-fast: setup
 	$(BIN)/pytest -q -m "not slow"
 
+# dagster dev through a launcher that makes Ctrl-C and SIGTERM stop it even when started in the background
 ui: setup
-	$(BIN)/dagster dev -w workspace.yaml
+	$(BIN)/python -m deep_pipeline.cli.ui -w workspace.yaml
 
 clean-demo:
 	rm -rf dagster_home/compiles dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs \

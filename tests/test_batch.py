@@ -64,3 +64,27 @@ def test_bad_manifest_is_one_clear_error(tmp_path, content, needle):
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
+
+
+def test_the_daily_schedule_reads_the_homes_manifest_and_says_where_it_goes(env):
+    # issue 21 item 20: the schedule read a batch.yaml the project did not ship, from wherever `dagster dev` ran
+    import dagster as dg
+
+    from deep_pipeline.defs.schedules import EXAMPLE, batch_schedule
+    from deep_pipeline.engine.compiles import check_inputs
+    from deep_pipeline.engine.settings import effective_config, load_deployment
+
+    manifest_path = env / "home" / "batch.yaml"
+    with dg.build_schedule_context() as context:
+        skipped = batch_schedule.evaluate_tick(context)
+    assert not skipped.run_requests and str(manifest_path) in skipped.skip_message and str(EXAMPLE) in skipped.skip_message
+
+    # the shipped example is a valid manifest whose entries are real inputs
+    example = load_manifest(EXAMPLE)
+    for entry in example.entries:
+        check_inputs(EXAMPLE.parent / entry.skill, EXAMPLE.parent / entry.bundle,
+                     effective_config(load_deployment(), entry.overrides))
+    manifest_path.write_text(EXAMPLE.read_text())
+    with dg.build_schedule_context() as context:
+        [request] = batch_schedule.evaluate_tick(context).run_requests
+    assert request.run_config["ops"]["start_batch_op"]["config"]["manifest"] == str(manifest_path)

@@ -189,3 +189,15 @@ def test_an_agent_program_that_does_not_exist_is_refused_before_anything_is_writ
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "agent_command" in err and needle in err, err
     assert list(home.iterdir()) == []  # no compile folder, not even Dagster's own files
+
+
+def test_the_ui_hint_keeps_a_store_of_its_own(tmp_path, home, monkeypatch):
+    # issue 21 item 20: with DEEP_PIPELINE_STORE set, the hint's UI found none of the compiles
+    from deep_pipeline.cli.compile_commands import ui_command
+
+    monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "elsewhere"))
+    words = ui_command().split()
+    assert words[:2] == [f"DAGSTER_HOME={home}", f"DEEP_PIPELINE_STORE={tmp_path / 'elsewhere'}"]
+    assert words[3:] == ["dev", "-m", "deep_pipeline.definitions"]
+    monkeypatch.delenv("DEEP_PIPELINE_STORE")
+    assert "DEEP_PIPELINE_STORE" not in ui_command()

@@ -175,7 +175,7 @@ def check_page(dom: Node, report: Report) -> None:
     assert {td.attrs["class"]: td.text() for td in rows[0].all("td")}["reason"] == "target_cell_did_not_improve"
 
     # The diff S_fast -> S_final.
-    diff = dom.one("pre", cls="diff")
+    diff = dom.one("section", id="diff").one("pre", cls="diff")
     assert [s.text() for s in diff.all("span", cls="del")] == ["-Group them by project and write one line each."]
     assert [s.text() for s in diff.all("span", cls="add")] == [f"+{MARK}-s02-steps-p01 attempt 3: do the steps one by one."]
 
@@ -206,6 +206,24 @@ def report_of(cdir: CompileDir) -> Report:
 
 def test_page_shows_both_levels_timeline_diff_evidence_and_usage(descended):
     check_page(parse(render(gather(descended))), report_of(descended))
+
+
+def test_each_decisions_edit_is_shown_accepted_or_not_with_a_chart_of_scores(descended):
+    # issue 21 item 20: the rejected candidates' text was on no page, and no chart showed the scores
+    dom = parse(render(gather(descended)))
+    edits = dom.one("section", id="edits").all("article", cls="edit")
+    assert [(e.attrs["id"], e.attrs["data-outcome"]) for e in edits] == [
+        ("edit-1", "rejected"), ("edit-2", "rejected"), ("edit-3", "accepted")]
+    for block in edits:  # each candidate's text as a diff of its unit, rejected ones too
+        added = [s.text() for s in block.one("pre", cls="diff").all("span", cls="add")]
+        assert any(f"{MARK}-" in line for line in added), block.attrs["id"]
+    assert [s.text() for s in edits[2].one("pre", cls="diff").all("span", cls="add")][-1] == \
+        f"+{MARK}-s02-steps-p01 attempt 3: do the steps one by one."
+    marks = dom.one("section", id="chart").one("svg").all("g")
+    report = report_of(descended)
+    compared = [n for n, d in enumerate(report.decisions, start=1) if d.candidate_score is not None]
+    assert [int(g.attrs["data-iteration"]) for g in marks] == compared and compared
+    assert marks[-1].attrs["class"] == "accepted" and "2 → 4" in marks[-1].one("title").text()
 
 
 def test_a_trace_quote_holding_a_script_is_escaped(descended):

@@ -171,3 +171,52 @@ def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup, d
         assert instance.get_run_by_id(retry.run_id).status == dg.DagsterRunStatus.STARTED
         claimed = instance.event_log_storage.get_concurrency_info("llm").claimed_slots
         assert sorted(slot.run_id for slot in claimed) == sorted([alive.run_id, retry.run_id])
+
+
+def test_a_compile_whose_last_step_failed_is_not_relaunched_when_the_sensor_starts(tmp_path, scripted_llm, dagster_storage,
+                                                                                     monkeypatch):
+    # issue 21 item 19: a CLI compile failed (the judge refuses the key); `make ui` starts the sensor afresh
+    monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
+    from deep_pipeline.defs.driver import drive
+    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.errors import StepError
+    from tests.scripted_llm import auth_error
+
+    scripted_llm.always("judge", auth_error())
+    instance = dagster_storage.instance()
+    skill, bundle = make_inputs(tmp_path)
+    record, _ = register_with_overrides(instance, tmp_path / "store", skill, bundle, dict(CONFIG))
+    with pytest.raises(StepError):
+        drive(instance, tmp_path / "store", record.key)
+    [failed] = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+
+    result, _ = tick(instance, tmp_path / "store")  # no cursor: the first tick after `dagster dev` starts
+    assert result.run_requests == []
+    why = result.skip_reason.skip_message
+    assert f"{record.key}: not relaunched" in why and failed.run_id in why and "x-api-key" in why
+    assert f"deep-pipeline resume {record.key}" in why
+
+
+def test_a_failed_cli_step_run_is_not_left_for_the_daemons_run_retry(tmp_path, scripted_llm, dagster_storage, monkeypatch):
+    # issue 21 item 19: with our run_retries (max 1), a CLI run's failure was marked will_retry, and the
+    # daemon of the next `make ui` launched it again; the CLI's user resumes, the daemon does not
+    from dagster._core.storage.tags import WILL_RETRY_TAG
+
+    from deep_pipeline.defs.driver import drive
+    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.errors import StepError
+    from tests.scripted_llm import auth_error
+
+    monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
+    scripted_llm.always("judge", auth_error())
+    instance = dg.DagsterInstance.from_config(str(dagster_storage.home(tmp_path / "home")))  # our dagster.yaml
+    try:
+        assert instance.run_retries_enabled
+        skill, bundle = make_inputs(tmp_path)
+        record, _ = register_with_overrides(instance, tmp_path / "store", skill, bundle, dict(CONFIG))
+        with pytest.raises(StepError):
+            drive(instance, tmp_path / "store", record.key)
+        [failed] = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+        assert failed.tags.get(WILL_RETRY_TAG) == "false"
+    finally:
+        instance.dispose()

@@ -56,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("status", help="list compiles and their state",
                        description="List the compiles in the store, one line each; with COMPILE, show its levels, "
-                       "stop reasons, decisions and where its records are. Reads only.")
+                       "stop reasons, decisions and where its records are. A compile whose last step run failed is "
+                       "'failed', with that run's id, error line and time. Reads only.")
     s.add_argument("compile_key", nargs="?", metavar="COMPILE")
     s.add_argument("--json", action="store_true", help="print the status as JSON (for scripts)")
     s.set_defaults(handler=_status)
@@ -178,7 +179,7 @@ def _drive(args, instance, root: Path, key: str) -> int:
           f"{sum(d.accepted for d in report.decisions)} accepted; {report.usage_total.calls} model calls, {cost}")
     print(f"S_final: {report.final_skill_dir}")
     print(f"report:  {root / key / 'report.json'}")
-    print(f"UI:      DAGSTER_HOME={os.environ['DAGSTER_HOME']} {_dagster_command()} dev -m deep_pipeline.definitions")
+    print(f"UI:      {ui_command()}")
     return 0
 
 
@@ -194,6 +195,14 @@ def _outcome(report, root: Path, key: str) -> dict:
     }
 
 
+def ui_command() -> str:
+    """The command that opens this home's compiles in the UI, as it runs when pasted: the
+    store too when it is not the home's own (else the UI would show none of them)."""
+    store = os.environ.get("DEEP_PIPELINE_STORE")
+    where = f"DAGSTER_HOME={os.environ['DAGSTER_HOME']}" + (f" DEEP_PIPELINE_STORE={Path(store).resolve()}" if store else "")
+    return f"{where} {_dagster_command()} dev -m deep_pipeline.definitions"
+
+
 def _dagster_command() -> str:
     """The `dagster` beside this interpreter: `make demo` runs the CLI from .venv without activating it,
     so a bare `dagster` would not be on the user's PATH."""
@@ -204,7 +213,7 @@ def _dagster_command() -> str:
 def _status(args: argparse.Namespace) -> int:
     from deep_pipeline.engine.compiles import find_compile, list_compiles
     from deep_pipeline.engine.context import StepContext
-    from deep_pipeline.engine.status import compile_status, format_status
+    from deep_pipeline.engine.status import compile_status, failure_line, format_status
 
     _home(create=False)  # status only reads: it creates neither the home nor an instance
     root = homes.store_root()
@@ -222,6 +231,8 @@ def _status(args: argparse.Namespace) -> int:
     for s in statuses:
         accepted = sum(d.accepted for d in s.decisions)
         where = s.state if s.state == "finalized" else f"{s.state}, next: {s.next_step}"
+        if s.failure:
+            where += f" ({failure_line(s.failure)})"
         print(f"{s.compile_key}\t{s.task_name}\t{len(s.decisions)} iterations, {accepted} accepted\t{where}")
     return 0
 

@@ -99,6 +99,13 @@ class ModelUsage(Record):
     cost_usd: float | None = None
 
 
+class ReplayOrigin(Record):
+    """A replayed trace's source: a recorded run, made on its own SKILL.md (often not this one)."""
+
+    trace_id: str
+    skill_sha256: str | None = None  # the SKILL.md the recorded run was made on; None: not recorded
+
+
 class Trace(Record):
     """One rollout of an agent on the task with one SKILL.md."""
 
@@ -120,6 +127,8 @@ class Trace(Record):
     cost_usd: float | None = None
     # Per model, when the source records it; the totals above then cover all of them.
     model_usage: dict[str, ModelUsage] = Field(default_factory=dict)
+    # Set by the replay runner: the trace was served again, not run on `skill_sha256`.
+    replay_of: ReplayOrigin | None = None
 
     @model_validator(mode="after")
     def _steps_numbered(self) -> "Trace":

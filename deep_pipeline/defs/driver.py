@@ -21,6 +21,7 @@ from deep_pipeline.defs.step_location import step_defs
 from deep_pipeline.defs.step_runs import driver_tags, job_name, job_origin, run_tags
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.failures import last_failure, record_failure
 from deep_pipeline.engine.records import Report
 from deep_pipeline.engine.steps import Step
 from deep_pipeline.errors import StepError, one_line
@@ -53,7 +54,11 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable
         if not result.success:
             if _interrupted(result):
                 raise KeyboardInterrupt
-            raise StepError(f"{name} run {result.run_id} for {step.partition_key} failed: {_failure(result)}")
+            error = _failure(result)
+            recorded = last_failure(ctx.cdir)
+            if recorded is None or recorded.run_id != result.run_id:  # the step's own line is kept when it wrote one
+                record_failure(ctx.cdir, result.run_id, step.partition_key, name, error)  # status says "failed"
+            raise StepError(f"{name} run {result.run_id} for {step.partition_key} failed: {error}")
 
     with driver_lock(ctx):
         announce_compile(instance, key)  # under the lock: the sensor sees it held and leaves it alone

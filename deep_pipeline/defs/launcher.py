@@ -25,9 +25,10 @@ from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.live import heartbeats_to
+from deep_pipeline.engine.failures import clear_failure, record_failure
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.errors import InputError
+from deep_pipeline.errors import InputError, one_line
 
 LLM_POOL = "llm"
 
@@ -221,9 +222,24 @@ def asset_step(context: dg.AssetExecutionContext, ctx: StepContext, first: bool 
         print(f"deep-pipeline: warning: {warning}", file=sys.stderr, flush=True)
         context.log.warning(warning)
     with ctx.step_lock(context.log.warning), heartbeats_to(context.log.info):  # a long wait shows in the event log
-        yield
+        try:
+            yield
+        except Exception as exc:  # recorded so `status` and the timeline say "failed", not "running"
+            _step_failed(context, ctx, exc)
+            raise
         if ends_step(context):  # under the lock: read as this step left the records
+            clear_failure(ctx.cdir)
             log_timeline(context, ctx)
+
+
+def _step_failed(context: dg.AssetExecutionContext, ctx: StepContext, exc: Exception) -> None:
+    """Record the failure and show it on the timeline; never in the way of the error itself."""
+    error = getattr(exc, "description", None) or str(exc) or type(exc).__name__
+    record_failure(ctx.cdir, context.run.run_id, context.partition_key, context.job_name, error)
+    try:
+        log_timeline(context, ctx)
+    except Exception as also:  # e.g. the folder went away: the step's own error is what matters
+        context.log.warning(f"timeline not updated after the failure: {one_line(str(also))}")
 
 
 def register_batch(instance: dg.DagsterInstance, root: Path, manifest_path: Path, transport=None) -> list[tuple[str, bool]]:

@@ -19,6 +19,8 @@ from deep_pipeline.defs.step_runs import job_name, run_tags
 from deep_pipeline.engine.steps import COMPILES, next_step
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.failures import last_failure
+from deep_pipeline.engine.status import failure_line
 from deep_pipeline.errors import InputError, StepError
 
 WATCHED = ("input_traces", "level_matrix", "decision", "compile_report")
@@ -99,6 +101,12 @@ def compile_loop_sensor(context: dg.SensorEvaluationContext, store: CompileStore
             if _driven_elsewhere(ctx):
                 pending.append(key)
                 why.append(f"{key}: driven elsewhere (a CLI driver or a compile job holds its lock)")
+                continue
+            if (failure := last_failure(ctx.cdir)) is not None:
+                # Not relaunched merely because the sensor (re)started, e.g. with the UI: a failed
+                # step costs model calls each time; a person resumes it once mended (README).
+                why.append(f"{key}: not relaunched: its last step run failed ({failure_line(failure)}); "
+                           f"`deep-pipeline resume {key}` or re-executing that run carries it on")
                 continue
             run, add = requests_for(ctx)
         except (StepError, InputError, ValueError) as exc:

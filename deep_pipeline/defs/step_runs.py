@@ -23,6 +23,7 @@ STEP_TAG = "deep/step"
 # the `compile` run a nested run belongs to (the UI filters the runs list by a clicked tag).
 DRIVER_TAG, PARENT_RUN_TAG = "deep/driver", "deep/parent_run"
 USER_TAG = "user"  # Dagster's own "launched by" tag (the runs list's Launched by column)
+NO_RETRY_TAG = "dagster/max_retries"  # Dagster's per-run cap on its run retries (here: "0")
 
 # The code location the runs belong to: its name as `dagster-webserver -m deep_pipeline.definitions`,
 # `dagster dev` and our workspace.yaml load it, and the name Dagster gives a Definitions' repository.
@@ -54,11 +55,16 @@ def job_origin(name: str) -> RemoteJobOrigin:
 
 
 def driver_tags(parent_run_id: str | None = None, parent_tags: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Who started a run a driver executes: the `compile` run it is nested in, or this CLI process."""
+    """Who started a run a driver executes: the `compile` run it is nested in, or this CLI process.
+
+    Never retried by Dagster's run retry: the driver stops at a failed step and its user (or the
+    `compile` run's own retry) resumes; a daemon retry of it, launched when the daemon next
+    starts (e.g. with `make ui`), would spend model calls while the user only browses.
+    """
     if parent_run_id is not None:
-        tags = {DRIVER_TAG: f"run:{parent_run_id}", PARENT_RUN_TAG: parent_run_id}
+        tags = {DRIVER_TAG: f"run:{parent_run_id}", PARENT_RUN_TAG: parent_run_id, NO_RETRY_TAG: "0"}
         if (user := (parent_tags or {}).get(USER_TAG)):
             tags[USER_TAG] = user  # launched by whoever launched the `compile` run
         return tags
     user = getpass.getuser()
-    return {DRIVER_TAG: f"cli:{user}@{socket.gethostname()}:{os.getpid()}", USER_TAG: user}
+    return {DRIVER_TAG: f"cli:{user}@{socket.gethostname()}:{os.getpid()}", USER_TAG: user, NO_RETRY_TAG: "0"}

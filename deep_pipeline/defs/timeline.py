@@ -15,9 +15,10 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from deep_pipeline.core.actions import Done, action_label
-from deep_pipeline.defs.pages import asset_url, table_text
+from deep_pipeline.defs.pages import asset_url, run_url, table_text
 from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.status import TimelineRow, timeline_rows
+from deep_pipeline.engine.failures import last_failure
+from deep_pipeline.engine.status import TimelineRow, compile_state, failure_line, timeline_rows
 
 TIMELINE_ASSET = "compile_timeline"
 # The asset that ends each kind of step: the timeline is logged once per step, after it
@@ -33,9 +34,10 @@ def _num(value: float | None, fmt: str = "g") -> str:
 
 
 def _step_link(row: TimelineRow) -> str:
-    name = STEP_ENDS[row.kind]
     label = row.partition.split("/", 1)[1] if "/" in row.partition else row.partition
-    return f"[{row.kind} {table_text(label)}]({asset_url([name], row.partition)})"
+    if row.kind == "failed":  # no asset was materialized: link the failed run
+        return f"[failed {table_text(label)}]({run_url(row.run_id or '')})"
+    return f"[{row.kind} {table_text(label)}]({asset_url([STEP_ENDS[row.kind]], row.partition)})"
 
 
 def timeline_table(rows: list[TimelineRow]) -> str:
@@ -44,13 +46,14 @@ def timeline_table(rows: list[TimelineRow]) -> str:
         return "(no step has finished yet)"
     lines = list(HEADER)
     for r in rows:
-        outcome = "-" if r.accepted is None else "accepted" if r.accepted else "rejected"
+        outcome = "failed" if r.kind == "failed" else "-" if r.accepted is None else "accepted" if r.accepted else "rejected"
         scores = (f"{_num(r.incumbent_score)} → {_num(r.candidate_score)}"
                   if r.incumbent_score is not None or r.candidate_score is not None else "-")
         ended = datetime.fromtimestamp(r.ended_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if r.ended_at else "-"
         cost = "unknown" if r.cost_usd is None else f"${r.cost_usd:.4f}"
+        calls = f"{r.calls} ({r.failed_calls} failed)" if r.failed_calls else str(r.calls)
         lines.append(f"| {r.number} | {_step_link(r)} | {r.level or '-'} | {table_text(r.coordinate or '-')} | {outcome} "
-                     f"| {scores} | {_num(r.delta, '+g')} | {table_text(r.reason) or '-'} | {ended} | {r.calls} | {cost} |")
+                     f"| {scores} | {_num(r.delta, '+g')} | {table_text(r.reason) or '-'} | {ended} | {calls} | {cost} |")
     return "\n".join(lines)
 
 
@@ -59,8 +62,11 @@ def timeline_event(ctx: StepContext) -> dg.AssetMaterialization:
     outlook = ctx.look()
     rows = timeline_rows(ctx, outlook.history)
     finalized = isinstance(outlook.action, Done)
-    state = "finalized" if finalized else "budget_exhausted" if outlook.state.budget_exhausted else "running"
-    costs = [r.cost_usd for r in rows]
+    failure = None if finalized else last_failure(ctx.cdir)
+    state = compile_state(finalized, failure, outlook.state.budget_exhausted)
+    # Every call the log holds, a failed step's and those no step's row takes alike.
+    calls = ctx.cdir.calls()
+    costs = [c.cost_usd for c in calls]
     decided = [r for r in rows if r.accepted is not None]
     last = rows[-1] if rows else None
     return dg.AssetMaterialization(
@@ -76,8 +82,10 @@ def timeline_event(ctx: StepContext) -> dg.AssetMaterialization:
             "accepted": dg.MetadataValue.int(sum(bool(r.accepted) for r in decided)),
             # The compile's totals so far, named apart: summing `model_calls` over a compile's
             # assets gives its calls once (README "Usage adds up").
-            "compile_model_calls": dg.MetadataValue.int(sum(r.calls for r in rows)),
-            "compile_cost_usd": dg.MetadataValue.float(sum(costs)) if None not in costs else dg.MetadataValue.text("unknown"),
+            "compile_model_calls": dg.MetadataValue.int(len(calls)),
+            "compile_failed_calls": dg.MetadataValue.int(sum(c.error is not None for c in calls)),
+            "compile_cost_usd": dg.MetadataValue.float(sum(costs, 0.0)) if None not in costs else dg.MetadataValue.text("unknown"),
+            "last_failure": dg.MetadataValue.text(failure_line(failure) if failure else "-"),
         },
     )
 

@@ -178,8 +178,7 @@ def report_step(ctx: StepContext) -> Report:
         final_skill_sha256=final_sha,
         task_name=record.task_name,
         task_prompt=ctx.task_prompt,
-        agent=agent_name(config, record),
-        agent_model=config.agent_model,
+        **served_agent(cdir, config, record),
         judge_model=config.judge_model,
         editor_model=config.editor_model,
         levels=state.level_summaries(),
@@ -194,6 +193,18 @@ def report_step(ctx: StepContext) -> Report:
     cdir.require()
     atomic_write_json(cdir.report_path, report)
     return report
+
+
+def served_agent(cdir, config: CompileConfig, record: CompileRecord) -> dict:
+    """The report's agent and model: a replay's are the recorded traces' (not the config's default
+    model), with a note that the traces were replayed and on which SKILL.md they were made."""
+    if config.runner != "replay" or not cdir.has_batch("input"):
+        return {"agent": agent_name(config, record), "agent_model": config.agent_model}
+    from deep_pipeline.rollouts.replay import recorded_agent, replay_note
+
+    traces = cdir.traces("input")
+    agent, model = recorded_agent(traces, record.bundle_agent, record.bundle_agent_model)
+    return {"agent": agent, "agent_model": model, "replay": replay_note(traces, record.skill_sha256)}
 
 
 def skill_use_by_iteration(cdir, events) -> list[IterationSkillUse]:

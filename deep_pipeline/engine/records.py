@@ -167,6 +167,7 @@ class Report(EngineRecord):
     task_prompt: str
     agent: str
     agent_model: str
+    replay: str | None = None  # runner replay: which traces were replayed, made on which SKILL.md
     judge_model: str
     editor_model: str
     levels: list[LevelSummary]

@@ -6,12 +6,17 @@ works while a driver or the daemon carries the compile on, and writes nothing.
 
 from __future__ import annotations
 
+import contextlib
+
+from datetime import datetime, timezone
+
 from pydantic import BaseModel, Field
 
 from deep_pipeline.core.models import Decision, LevelSummary
 from deep_pipeline.core.actions import Done, action_label
-from deep_pipeline.core.keys import batch_name, iteration_key, iteration_label, matrix_key
+from deep_pipeline.core.keys import batch_name, iteration_key, iteration_label, matrix_key, parse_key
 from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.failures import StepFailure, last_failure
 from deep_pipeline.core.history import History
 from deep_pipeline.llm.accounting import Usage
 
@@ -31,8 +36,9 @@ class CompileStatus(BaseModel):
     compile_key: str
     task_name: str
     skill_name: str
-    state: str  # "finalized", "running" or "budget_exhausted"
+    state: str  # "finalized", "failed", "running" or "budget_exhausted"
     next_step: str | None = None  # what the policy asks for next, while not finalized
+    failure: StepFailure | None = None  # the last step run's failure, while no step has ended since
     levels: list[LevelSummary]
     decisions: list[DecisionRow] = Field(default_factory=list)
     usage: Usage
@@ -59,18 +65,34 @@ def compile_status(ctx: StepContext) -> CompileStatus:
     for what, path in (("report.html", cdir.html_report_path), ("evaluations", cdir.evaluations_dir)):
         if path.exists():
             records[what] = str(path)
+    failure = None if finalized else last_failure(cdir)
     return CompileStatus(
         compile_key=cdir.key, task_name=ctx.record.task_name, skill_name=ctx.record.skill_name,
-        state="finalized" if finalized else "budget_exhausted" if state.budget_exhausted else "running",
+        state=compile_state(finalized, failure, state.budget_exhausted), failure=failure,
         next_step=None if finalized else action_label(action),
         levels=state.level_summaries(), decisions=rows, usage=cdir.usage(), records=records,
     )
+
+
+def compile_state(finalized: bool, failure: StepFailure | None, budget_exhausted: bool) -> str:
+    """One word for where the compile is: a failed last step run is "failed", not "running"
+    (nothing carries the compile on until it is resumed)."""
+    if finalized:
+        return "finalized"
+    return "failed" if failure else "budget_exhausted" if budget_exhausted else "running"
+
+
+def failure_line(failure: StepFailure) -> str:
+    when = datetime.fromtimestamp(failure.at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"{failure.step} run {failure.run_id} for {failure.partition} failed at {when}: {failure.error}"
 
 
 def format_status(status: CompileStatus) -> str:
     """The detailed, human form of one compile's status."""
     lines = [f"{status.compile_key}  ({status.skill_name} on task {status.task_name})",
              f"state: {status.state}" + (f"; next step: {status.next_step}" if status.next_step else "")]
+    if status.failure:
+        lines.append(f"last step failed: {failure_line(status.failure)}")
     for level in status.levels:
         where = f" in {level.section_id}" if level.section_id else ""
         stop = level.stop_reason or "running"
@@ -95,7 +117,7 @@ class TimelineRow(BaseModel):
     """One step of a compile as the live timeline shows it (issue 11 point 4)."""
 
     number: int  # 1-based, in the order the steps ended
-    kind: str  # "inputs", "matrix", "iteration" or "finalize"
+    kind: str  # "inputs", "matrix", "iteration", "finalize", or "failed" (the last step run, failed)
     partition: str  # the step's partition key (a compile, matrix or iteration key)
     level: str | None = None
     coordinate: str | None = None
@@ -106,7 +128,9 @@ class TimelineRow(BaseModel):
     reason: str = ""
     ended_at: float | None = None  # the step's record's mtime (epoch seconds)
     calls: int = 0
+    failed_calls: int = 0  # of `calls`, those that ended in an error
     cost_usd: float | None = 0.0  # None: a call's cost is unknown
+    run_id: str | None = None  # a failed row's run
 
 
 def _ended(path) -> float | None:
@@ -157,13 +181,31 @@ def timeline_rows(ctx: StepContext, history: History | None = None) -> list[Time
     if cdir.report_path.is_file():
         rows.append(TimelineRow(number=0, kind="finalize", partition=key, reason="S_final and the report written",
                                 ended_at=_ended(cdir.report_path)))
-    by_partition = {(r.kind != "finalize", r.partition): r for r in rows}
+    elif (failure := last_failure(cdir)) is not None:
+        rows.append(_failed_row(failure, batches))
+    # A failed row takes its step's calls (its retries and errors); the inputs row, a compile's.
+    by_partition: dict[tuple[bool, str], TimelineRow] = {}
+    for r in rows:  # the first row of a partition: the inputs row, not a failed finalize
+        by_partition.setdefault((r.kind != "finalize", r.partition), r)
     for call in cdir.calls():
         step = _call_step(call.step_key, key, batches)
         row = by_partition.get((True, step)) if step else None
         if row is not None:
             row.calls += 1
+            row.failed_calls += call.error is not None
             row.cost_usd = None if row.cost_usd is None or call.cost_usd is None else row.cost_usd + call.cost_usd
     for n, row in enumerate(rows, start=1):
         row.number = n
     return rows
+
+
+def _failed_row(failure: StepFailure, batches: dict[str, str]) -> TimelineRow:
+    """The failed step run, last; an iteration's rollouts are its calls too."""
+    level = None
+    if "/" in failure.partition:
+        with contextlib.suppress(ValueError):
+            _, level, kind, index = parse_key(failure.partition)
+            if kind == "iteration":
+                batches.setdefault(batch_name(level, index), failure.partition)
+    return TimelineRow(number=0, kind="failed", partition=failure.partition, level=level, reason=failure.error,
+                       ended_at=failure.at, run_id=failure.run_id)

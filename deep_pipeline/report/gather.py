@@ -14,7 +14,9 @@ from deep_pipeline.core.models import Decision, Trace
 from deep_pipeline.core.skill_use import IterationSkillUse
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.evaluation import EvaluationResult, evaluations_dir
-from deep_pipeline.engine.records import ComparisonRecord, CompileRecord, MatrixRecord, Report
+from deep_pipeline.engine.failures import last_failure
+from deep_pipeline.engine.status import failure_line
+from deep_pipeline.engine.records import ComparisonRecord, CompileRecord, EditRecord, MatrixRecord, Report
 from deep_pipeline.errors import InputError
 from deep_pipeline.store import read_model
 
@@ -47,6 +49,7 @@ class IterationView:
     comparison: ComparisonRecord | None
     skill_use: IterationSkillUse | None
     evidence: list[EvidenceRow] = field(default_factory=list)
+    edit: EditRecord | None = None  # the editor's edit of the unit, kept or not
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,9 @@ class ReportPage:
 def gather(cdir: CompileDir) -> ReportPage:
     record = cdir.record()  # an unknown compile fails here, before anything is read
     if not cdir.report_path.is_file():
-        raise InputError(f"{cdir.key}: not finalized (no report.json); the HTML report is made from a finished "
+        failure = last_failure(cdir)
+        failed = f"; its last step run failed: {failure_line(failure)}" if failure else ""
+        raise InputError(f"{cdir.key}: not finalized (no report.json){failed}; the HTML report is made from a finished "
                          f"compile (`deep-pipeline resume {cdir.key}` carries it on)")
     report = read_model(cdir.report_path, Report)
     final_md = cdir.final_skill / "SKILL.md"
@@ -106,8 +111,10 @@ def iteration_views(cdir: CompileDir, report: Report) -> list[IterationView]:
         comparison = read_model(path, ComparisonRecord) if path.is_file() else None
         if comparison is not None and comparison.comparison is None:
             comparison = None  # short-circuited: nothing was compared
+        edit_path = path.with_name("edit.json")
         views.append(IterationView(number, decision, comparison, uses.get((decision.level, decision.index)),
-                                   evidence_rows(comparison, traces) if comparison else []))
+                                   evidence_rows(comparison, traces) if comparison else [],
+                                   read_model(edit_path, EditRecord) if edit_path.is_file() else None))
     return views
 
 

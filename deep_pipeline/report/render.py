@@ -13,10 +13,12 @@ from html import escape
 from deep_pipeline.core.keys import iteration_label
 from deep_pipeline.core.models import Cell, ScoreMatrix
 from deep_pipeline.engine.records import MatrixRecord
+from deep_pipeline.report.decisions import edit_diffs, score_chart
 from deep_pipeline.report.gather import EvidenceRow, IterationView, MatrixGroup, ReportPage
 from deep_pipeline.report.style import CSS
 
-SECTIONS = (("matrices", "Score matrices"), ("timeline", "Decisions"), ("diff", "SKILL.md diff"),
+SECTIONS = (("matrices", "Score matrices"), ("timeline", "Decisions"), ("chart", "Scores over iterations"),
+            ("edits", "Each decision's edit"), ("diff", "SKILL.md diff"),
             ("evidence", "Evidence"), ("usage", "Tokens and cost"), ("evaluation", "Evaluation"))
 
 
@@ -25,7 +27,8 @@ def esc(value: object) -> str:
 
 
 def render(page: ReportPage) -> str:
-    body = [header(page), matrices(page.groups), timeline(page.iterations), skill_diff(page),
+    body = [header(page), matrices(page.groups), timeline(page.iterations),
+            _section("chart", score_chart(page.iterations)), _section("edits", edit_diffs(page.iterations)), skill_diff(page),
             evidence(page.iterations), usage(page), evaluation(page)]
     nav = " ".join(f'<a href="#{anchor}">{esc(title)}</a>' for anchor, title in SECTIONS)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -46,7 +49,8 @@ def header(page: ReportPage) -> str:
                (f"{lv.stop_reason or 'running'}: {lv.iterations} iterations, {lv.accepted} accepted, "
                 f"{lv.matrices} matrices")) for lv in r.levels]
     facts = [("skill", page.record.skill_name), ("task", r.task_name), ("status", r.status), *levels,
-             ("agent", f"{r.agent} ({r.agent_model})"), ("judge model", r.judge_model),
+             ("agent", f"{r.agent} ({r.agent_model})"), *([("replayed traces", r.replay)] if r.replay else []),
+             ("judge model", r.judge_model),
              ("editor model", r.editor_model), ("S_fast package", r.input_package_hash),
              ("S_final package", r.final_package_hash), ("S_final", r.final_skill_dir),
              ("verifier signal used", str(r.verifier_signal_used).lower()), ("finished", r.finished_at),

@@ -20,4 +20,8 @@ pre.diff span { display: block; } .add { background: #e6ffec; } .del { backgroun
 .hunk { color: #6f42c1; } .file { font-weight: 600; }
 td.excerpt { font-family: ui-monospace, monospace; font-size: .9em; max-width: 48em; white-space: pre-wrap; }
 td.excerpt mark { background: #fff3a3; } .note { color: #555; } .num { text-align: right; }
+article.edit.rejected h3 { color: #8a1c1c; } article.edit.accepted h3 { color: #1c6b1c; }
+svg.scores { font-size: 11px; } svg.scores .grid { stroke: #e3e3e3; } svg.scores g line { stroke: #999; }
+svg.scores .incumbent { fill: #fff; stroke: #555; stroke-width: 1.5; }
+svg.scores .accepted .candidate { fill: #1a9850; } svg.scores .rejected .candidate { fill: #d73027; }
 """

@@ -7,6 +7,7 @@ from deep_pipeline.defs.metadata import agent_usage_meta, file_ref
 from deep_pipeline.defs.partitions import compiles_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.io_steps import input_step
+from deep_pipeline.rollouts.replay import replay_note, trace_makers
 
 
 @dg.asset(
@@ -36,6 +37,10 @@ def input_traces(context: dg.AssetExecutionContext, store: CompileStoreResource)
             "errors": dg.MetadataValue.int(sum(t.error_category is not None for t in traces)),
             "skill_sha256": dg.MetadataValue.text(batch.skill_sha256),
             "runner": dg.MetadataValue.text(ctx.config.runner),
+            # as the traces name their maker (a replay's: the recorded runs', not the config's model)
+            "made_by": dg.MetadataValue.text(", ".join(trace_makers(traces, ctx.record.bundle_agent,
+                                                                    ctx.record.bundle_agent_model))),
+            "replay": dg.MetadataValue.text(replay_note(traces, batch.skill_sha256) or "-"),
             **agent_usage_meta(ctx.cdir, batch.batch, ctx.config.runner, ctx.config.agent_model),
             **file_ref(ctx.cdir.batch_dir(batch.batch) / "batch.json"),
         }

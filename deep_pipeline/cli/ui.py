@@ -1,0 +1,34 @@
+"""`make ui`: `dagster dev` that stops on Ctrl-C and SIGTERM however it was started.
+
+`python -m deep_pipeline.cli.ui ARGS` runs `dagster dev ARGS` (the dagster beside this
+interpreter) with SIGINT at its default first. A shell that starts a command in the
+background (`make ui &`, a script, nohup) starts it with SIGINT ignored, exec keeps that,
+and `dagster dev` gives SIGTERM the same handling as SIGINT: so it ignored both, and its
+webserver, daemon and code servers ran on until killed (issue 21 item 19). With SIGINT at
+its default, Python raises KeyboardInterrupt on either and `dagster dev` shuts its services
+down in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def exec_with_default_interrupts(argv: list[str]) -> None:
+    """Replace this process with `argv`, SIGINT and SIGTERM at their defaults (never returns)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)  # a handler or SIG_IGN would outlive exec as ignored
+    os.execvp(argv[0], argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    dagster = Path(sys.executable).parent / "dagster"
+    exec_with_default_interrupts([str(dagster) if dagster.is_file() else "dagster", "dev",
+                                  *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    main()
