@@ -52,7 +52,10 @@ class _Heartbeats(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if getattr(record, "heartbeat", False):
-            self.log(self.format(record))
+            try:
+                self.log(self.format(record))
+            except Exception:  # noqa: BLE001 — a run's event log gone (its home removed): an exception here
+                pass  # would end the heartbeat thread, and the terminal's handler would never get the line
 
 
 @contextlib.contextmanager
