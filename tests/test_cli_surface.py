@@ -16,15 +16,7 @@ from deep_pipeline import __version__
 from deep_pipeline.cli import main
 from tests.cli_cases import SKILL, TRACES, files
 from tests.compile_world import CONFIG, World, install_world, make_inputs
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
-    return home
+from tests.test_cli_compile import home  # noqa: F401 (the fixture: its own DAGSTER_HOME)
 
 
 def one_object(out: str) -> dict:
