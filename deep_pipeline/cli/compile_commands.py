@@ -257,38 +257,21 @@ class _LiveLine(logging.Handler):
         sys.stdout.flush()
 
 
-class _HeartbeatLines(logging.Handler):
-    """engine.live without a terminal (a log, `make demo`'s tee): only the heartbeats of a long wait, a line each."""
-
-    def __init__(self, stream) -> None:
-        super().__init__()
-        self._stream = stream
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if getattr(record, "heartbeat", False):
-            print("  " + self.format(record), file=self._stream, flush=True)
-
-
 @contextlib.contextmanager
 def _live_lines(args):
     """Live progress within a step: on a terminal an overwritten line; elsewhere the heartbeats only.
 
     Under --json stdout holds the one object, so the heartbeats go to stderr with the step lines.
     """
-    from deep_pipeline.engine.live import LIVE
+    from deep_pipeline.engine.live import heartbeats_to, listening
 
     if getattr(args, "quiet", False):
         yield
         return
-    if getattr(args, "json", False):
-        handler = _HeartbeatLines(sys.stderr)
-    else:
-        handler = _LiveLine() if sys.stdout.isatty() else _HeartbeatLines(sys.stdout)
-    level = LIVE.level
-    LIVE.addHandler(handler)
-    LIVE.setLevel(logging.INFO)
-    try:
+    if sys.stdout.isatty() and not getattr(args, "json", False):
+        with listening(_LiveLine()):
+            yield
+        return
+    stream = sys.stderr if getattr(args, "json", False) else sys.stdout  # a log, `make demo`'s tee: heartbeats only
+    with heartbeats_to(lambda line: print("  " + line, file=stream, flush=True)):
         yield
-    finally:
-        LIVE.removeHandler(handler)
-        LIVE.setLevel(level)

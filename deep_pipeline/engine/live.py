@@ -58,10 +58,15 @@ class _Heartbeats(logging.Handler):
                 pass  # would end the heartbeat thread, and the terminal's handler would never get the line
 
 
+def heartbeats_to(log: Callable[[str], None]):
+    """Also hand each heartbeat to `log` (a Dagster run's context.log.info, a print) while the block runs."""
+    return listening(_Heartbeats(log))
+
+
 @contextlib.contextmanager
-def heartbeats_to(log: Callable[[str], None]) -> Iterator[None]:
-    """Also hand each heartbeat to `log` (a Dagster run's context.log.info) while the block runs."""
-    handler, level = _Heartbeats(log), LIVE.level
+def listening(handler: logging.Handler) -> Iterator[None]:
+    """`handler` gets the live lines at INFO while the block runs."""
+    level = LIVE.level
     LIVE.addHandler(handler)
     LIVE.setLevel(logging.INFO)
     try:
