@@ -1,7 +1,7 @@
 """SPEC §9 under the daemon: SIGKILL the run worker of a step, and the daemon still ends the compile.
 
 `start_compile` registers the compile (as tests/test_daemon.py does), `dagster-daemon run`
-carries it; at the kill point the worker process of the running step (its `deep/pid` tag,
+carries it; at the kill point the worker process of the running step (its `deep/worker` tag,
 set by defs/launcher.asset_step) is SIGKILLed. The daemon keeps running: its loop
 sensor's sweep (release_dead_runs) fails the dead run and frees its slot, and Dagster's
 run retry (dagster.yaml run_retries) runs the step again. Checked as the CLI points of
@@ -22,6 +22,8 @@ import dagster as dg
 import pytest
 import yaml
 
+from deep_pipeline.defs.launcher import WorkerClaim
+
 from tests.crash_harness import (
     REPO,
     CrashWorld,
@@ -40,7 +42,6 @@ from tests.served_world import OpenAIRequest, answer_with
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
-PID_TAG, PID_RUN_TAG = "deep/pid", "deep/pid_run"
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +58,8 @@ def worker_of(home: Path, job: str) -> int | None:
     with dg.DagsterInstance.from_config(str(home)) as instance:
         for record in instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
             run = record.dagster_run
-            if run.job_name == job and run.tags.get(PID_RUN_TAG) == run.run_id:
-                return int(run.tags[PID_TAG])
+            if run.job_name == job and (claim := WorkerClaim.of(run)) is not None:
+                return claim.pid
     return None
 
 

@@ -21,7 +21,7 @@ import dagster as dg
 from dagster._core.utils import make_new_run_id
 
 from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import HOST_TAG, PID_RUN_TAG, PID_TAG, START_TAG
+from deep_pipeline.defs.launcher import WORKER_TAG, WorkerClaim
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.rollouts.guard import start_time
@@ -42,8 +42,7 @@ def started_run_of(instance: dg.DagsterInstance, pid: int, started: int) -> str:
     """A run left STARTED by the dead process, as a kill -9 of the CLI leaves it."""
     run_id = make_new_run_id()
     instance.add_run(dg.DagsterRun(job_name="compile_report", run_id=run_id, status=dg.DagsterRunStatus.STARTED,
-                                   tags={PID_TAG: str(pid), START_TAG: str(started), HOST_TAG: socket.gethostname(),
-                                         PID_RUN_TAG: run_id}))
+                                   tags={WORKER_TAG: WorkerClaim(pid, socket.gethostname(), started, run_id).tag()}))
     return run_id
 
 

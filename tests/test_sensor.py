@@ -143,7 +143,9 @@ def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup, d
 
     from dagster._core.test_utils import create_run_for_test
 
-    from deep_pipeline.defs.launcher import process_tags
+    import socket
+
+    from deep_pipeline.defs.launcher import WORKER_TAG, WorkerClaim, process_tags
 
     make, tmp = setup
     make(World())
@@ -151,7 +153,8 @@ def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup, d
     gone.wait()  # its pid names no process now
 
     def dead_tags(run_id: str) -> dict:
-        return {**process_tags(run_id), "deep/pid": str(gone.pid), "deep/compile": "c"}
+        claim = WorkerClaim(gone.pid, socket.gethostname(), None, run_id)
+        return {WORKER_TAG: claim.tag(), "deep/compile": "c"}
 
     dead_id, alive_id, retry_id = (str(uuid.uuid4()) for _ in range(3))
     with dagster_storage.instance(on_disk=True) as instance:  # pool slots: not in the in-memory storage

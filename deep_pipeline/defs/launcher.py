@@ -13,6 +13,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from deep_pipeline.engine.failures import clear_failure, record_failure
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.errors import InputError, one_line
+from deep_pipeline.rollouts.guard import start_time
 
 LLM_POOL = "llm"
 
@@ -91,51 +93,58 @@ def driven_elsewhere(ctx: StepContext) -> bool:
         return False  # closing the file lets the probe's lock go
 
 
-# Who runs a run: the pid, its start time (/proc/PID/stat field 22, so a reused pid is
-# another process), the host, and the run these describe. A run whose process is gone holds
-# its pool slots for good (Dagster does not notice a kill -9 of an in-process run, and the
-# default run launcher cannot check a worker's health), so the next step or sensor tick frees them.
-# The run id is in the claim because Dagster's run retry copies the parent's tags: without it
-# the retry would carry the dead worker's pid until its own worker re-tags it, and be failed too.
-PID_TAG, START_TAG, HOST_TAG, PID_RUN_TAG = "deep/pid", "deep/pid_start", "deep/host", "deep/pid_run"
+# Who runs a run, as one tag `deep/worker` = `<pid>@<host>/<start>/<run id>`: the pid, its start
+# time (clock ticks after boot, so a reused pid is another process), the host, and the run the
+# claim was made for. A run whose process is gone holds its pool slots for good (Dagster does not
+# notice a kill -9 of an in-process run, and the default run launcher cannot check a worker's
+# health), so the next step or sensor tick frees them. The run id is in the claim because
+# Dagster's run retry copies the parent's tags: without it the retry would carry the dead
+# worker's claim until its own worker re-tags it, and be failed too. One tag, not four: the
+# runs list shows every tag, and this one is read by the sweep, not filtered by a person.
+WORKER_TAG = "deep/worker"
 IN_FLIGHT = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
              dg.DagsterRunStatus.CANCELING]
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks after boot; None when it is gone (or a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces and parentheses
-    return None if fields[0] in ("Z", "X") else fields[19]  # fields[0] is field 3, the state
+@dataclass(frozen=True)
+class WorkerClaim:
+    pid: int
+    host: str
+    started: int | None  # None where there is no /proc
+    run_id: str
+
+    def tag(self) -> str:
+        return f"{self.pid}@{self.host}/{'' if self.started is None else self.started}/{self.run_id}"
+
+    @classmethod
+    def of(cls, run: dg.DagsterRun) -> "WorkerClaim | None":
+        """The run's own claim; None when it has none or carries its parent's (copied by a retry)."""
+        who, _, rest = run.tags.get(WORKER_TAG, "").partition("/")
+        started, _, run_id = rest.partition("/")
+        pid, _, host = who.partition("@")
+        if run_id != run.run_id or not pid.isdigit() or not (started.isdigit() or started == ""):
+            return None
+        return cls(int(pid), host, int(started) if started else None, run_id)
+
+    def gone(self) -> bool:
+        """True only when the claiming process is known to be gone: same host, and no such process now."""
+        if self.host != socket.gethostname():
+            return False
+        if Path("/proc/self/stat").is_file():
+            now = start_time(self.pid)
+            return now is None or (self.started is not None and now != self.started)
+        try:
+            os.kill(self.pid, 0)  # no /proc: the pid alone
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
 
 
 def process_tags(run_id: str) -> dict[str, str]:
-    """The tags that say this process runs the run `run_id`."""
-    return {PID_TAG: str(os.getpid()), START_TAG: _start_time(os.getpid()) or "", HOST_TAG: socket.gethostname(),
-            PID_RUN_TAG: run_id}
-
-
-def _runner_gone(run: dg.DagsterRun) -> bool:
-    """True only when the run's process is known to be gone: its own claim, same host, and no such process now."""
-    tags = run.tags
-    if tags.get(PID_RUN_TAG) != run.run_id:  # none yet, or its parent's (copied by a retry)
-        return False
-    if tags.get(HOST_TAG) != socket.gethostname() or not tags.get(PID_TAG, "").isdigit():
-        return False
-    pid = int(tags[PID_TAG])
-    if Path("/proc/self/stat").is_file():
-        started = _start_time(pid)
-        return started is None or started != (tags.get(START_TAG) or started)
-    try:
-        os.kill(pid, 0)  # no /proc: the pid alone
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    """The tag that says this process runs the run `run_id`."""
+    return {WORKER_TAG: WorkerClaim(os.getpid(), socket.gethostname(), start_time(os.getpid()), run_id).tag()}
 
 
 def release_dead_runs(instance: dg.DagsterInstance, note: Callable[[str], None]) -> int:
@@ -147,9 +156,10 @@ def release_dead_runs(instance: dg.DagsterInstance, note: Callable[[str], None])
     released = 0
     for record in instance.get_run_records(dg.RunsFilter(statuses=IN_FLIGHT)):
         run = record.dagster_run
-        if not _runner_gone(run):
+        claim = WorkerClaim.of(run)
+        if claim is None or not claim.gone():
             continue
-        pid = run.tags[PID_TAG]
+        pid = claim.pid
         instance.report_run_failed(run, f"the process that ran it (pid {pid}) is gone; its pool slots were freed")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         where = run.tags.get("dagster/partition", "")
@@ -216,7 +226,7 @@ def asset_step(context: dg.AssetExecutionContext, ctx: StepContext, first: bool 
     The asset a step ends with then logs the compile's timeline (defs/timeline.py), so
     the UI shows a running compile after every step.
     """
-    if context.run.tags.get(PID_RUN_TAG) != context.run.run_id:
+    if WorkerClaim.of(context.run) is None:
         context.instance.add_run_tags(context.run.run_id, process_tags(context.run.run_id))
     if first and (warning := instance_warning(context.instance)):
         print(f"deep-pipeline: warning: {warning}", file=sys.stderr, flush=True)
