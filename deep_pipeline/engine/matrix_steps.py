@@ -69,6 +69,7 @@ class MatrixStep:
 def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
     """Yield every column as it is done (stored ones first); a budget stop ends the stream."""
     from deep_pipeline.llm.budget import BudgetExhausted
+    from deep_pipeline.llm.client import StoppedByFailure
     from deep_pipeline.llm.judge import score_column
 
     ctx = step.ctx
@@ -118,6 +119,7 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
     # The client's limiter keeps the compile's calls in flight under its cap.
     pool = ThreadPoolExecutor(max_workers=ctx.config.parallel)
     futures = [pool.submit(score, dim) for dim in todo]
+    stopped = None  # a column not sent because another failed: raised only if no other failure is seen
     try:
         with heartbeat(waiting_on):
             for future in as_completed(futures):
@@ -126,6 +128,11 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
                     column = future.result()
                 except BudgetExhausted:
                     continue  # the matrix is recorded as stopped at the budget
+                except StoppedByFailure as error:
+                    # It can finish before the column whose failure stopped it: wait for that one,
+                    # whose error is the step's reason.
+                    stopped = stopped or error
+                    continue
                 LIVE.info("%s: column %s scored (%d of %d)", step.key, column.dimension, ended[0], len(todo))
                 yield column
     except BaseException:
@@ -135,6 +142,8 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+    if stopped is not None:
+        raise stopped
 
 
 def assemble_matrix(step: MatrixStep) -> MatrixRecord:

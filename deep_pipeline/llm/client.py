@@ -82,6 +82,11 @@ class ModelTimeout(StepError):
     rollout's timeout). A deadline that passes after sends that got no answer is a StepError."""
 
 
+class StoppedByFailure(StepError):
+    """A call not sent (or not resent) because another call of its step failed first: never the
+    step's reason, only a consequence of it (the step reports the call that failed)."""
+
+
 class _Transient(Exception):
     """A failure worth resending unchanged."""
 
@@ -263,7 +268,7 @@ class ModelClient:
                     raise StepError(f"{self.describe(step_key)} failed {resend + 1} times, no time left "
                                     f"for another before its deadline: {self._failure_line(failure)}") from None
                 if self._stopped.wait(wait):
-                    raise StepError(f"{self.describe(step_key)}: not resent, its step stopped at another call's "
+                    raise StoppedByFailure(f"{self.describe(step_key)}: not resent, its step stopped at another call's "
                                     f"failure: {failure}") from None
         raise StepError(f"{self.describe(step_key)} failed {self.retries + 1} times: {self._failure_line(failure)}")
 
@@ -287,7 +292,7 @@ class ModelClient:
         # The compile's cap on calls in flight, then the local model's one slot: waits, not latency.
         with self._limiter, self._slot():
             if self._stopped.is_set():
-                raise StepError(f"{self.describe(step_key)}: not sent, its step stopped at another call's failure")
+                raise StoppedByFailure(f"{self.describe(step_key)}: not sent, its step stopped at another call's failure")
             timeout_s = self.settings.timeout_s
             if deadline is not None:
                 if (warm := getattr(self.transport, "warm", None)) is not None:
