@@ -8,8 +8,8 @@ import json
 import dagster as dg
 import pytest
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
+from deep_pipeline.runtime.driver import drive
+from deep_pipeline.runtime.register import register_with_overrides
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.status import compile_status, format_status
 from deep_pipeline.errors import StepError

@@ -105,7 +105,7 @@ WARNING = "this Dagster instance has no limit on the 'llm' pool"
 
 
 def drive_first_step(tmp_path: Path, instance: dg.DagsterInstance, monkeypatch) -> None:
-    from deep_pipeline.defs.driver import drive
+    from deep_pipeline.runtime.driver import drive
     from deep_pipeline.errors import StepError
 
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))  # where the assets' store resource looks

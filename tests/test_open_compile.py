@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.utils import make_new_run_id
+from deep_pipeline.runtime.dagster_private import make_new_run_id
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import WORKER_TAG, WorkerClaim
+from deep_pipeline.runtime.driver import drive
+from deep_pipeline.runtime.sweep import WORKER_TAG, WorkerClaim
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.rollouts.guard import start_time

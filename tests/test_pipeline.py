@@ -13,8 +13,8 @@ import dagster as dg
 import pytest
 
 from deep_pipeline.core.keys import iteration_key
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
+from deep_pipeline.runtime.driver import drive
+from deep_pipeline.runtime.register import register_with_overrides
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine import steps

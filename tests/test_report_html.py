@@ -303,8 +303,8 @@ def test_report_help_names_the_default_output(capsys):
 def test_the_compile_report_asset_writes_the_page_and_links_it(tmp_path, monkeypatch, scripted_llm):
     import dagster as dg
 
-    from deep_pipeline.defs.driver import drive as dagster_drive
-    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.runtime.driver import drive as dagster_drive
+    from deep_pipeline.runtime.register import register_with_overrides
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))  # where the step runs find the compile

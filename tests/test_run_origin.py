@@ -12,8 +12,8 @@ import getpass
 
 import dagster as dg
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
+from deep_pipeline.runtime.driver import drive
+from deep_pipeline.runtime.register import register_with_overrides
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 
 # `dagster-webserver -m deep_pipeline.definitions` (and workspace.yaml) name the location so

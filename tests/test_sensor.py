@@ -124,7 +124,7 @@ def test_deleted_compile_folder_is_skipped_with_a_warning(setup):
 
 
 def test_a_compile_locked_by_a_driver_is_retried_on_later_ticks(setup):
-    from deep_pipeline.defs.launcher import driver_lock
+    from deep_pipeline.runtime.driver import driver_lock
 
     make, tmp = setup
     instance, record, ctx = make(World())
@@ -145,7 +145,7 @@ def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup, d
 
     import socket
 
-    from deep_pipeline.defs.launcher import WORKER_TAG, WorkerClaim, process_tags
+    from deep_pipeline.runtime.sweep import WORKER_TAG, WorkerClaim, process_tags
 
     make, tmp = setup
     make(World())
@@ -180,8 +180,8 @@ def test_a_compile_whose_last_step_failed_is_not_relaunched_when_the_sensor_star
                                                                                      monkeypatch):
     # issue 21 item 19: a CLI compile failed (the judge refuses the key); `make ui` starts the sensor afresh
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
-    from deep_pipeline.defs.driver import drive
-    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.runtime.driver import drive
+    from deep_pipeline.runtime.register import register_with_overrides
     from deep_pipeline.errors import StepError
     from tests.scripted_llm import auth_error
 
@@ -205,8 +205,8 @@ def test_a_failed_cli_step_run_is_not_left_for_the_daemons_run_retry(tmp_path, s
     # daemon of the next `make ui` launched it again; the CLI's user resumes, the daemon does not
     from dagster._core.storage.tags import WILL_RETRY_TAG
 
-    from deep_pipeline.defs.driver import drive
-    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.runtime.driver import drive
+    from deep_pipeline.runtime.register import register_with_overrides
     from deep_pipeline.errors import StepError
     from tests.scripted_llm import auth_error
 

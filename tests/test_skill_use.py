@@ -204,8 +204,8 @@ def test_the_share_lands_in_rollouts_json_and_the_report_and_changes_no_decision
 def test_dagster_metadata_shows_the_share_and_warns_when_no_rollout_read_the_skill(tmp_path, monkeypatch, scripted_llm):
     import dagster as dg
 
-    from deep_pipeline.defs.driver import drive
-    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.runtime.driver import drive
+    from deep_pipeline.runtime.register import register_with_overrides
     from tests.compile_world import CONFIG, World, install_world, make_inputs
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))

@@ -47,7 +47,7 @@ def hold(path: Path, mode: int, seconds: float) -> threading.Event:
 
 
 def test_a_driver_starting_while_the_sensor_probes_its_lock_waits_instead_of_refusing(tmp_path, scripted_llm):
-    from deep_pipeline.defs.launcher import driver_lock
+    from deep_pipeline.runtime.driver import driver_lock
     from deep_pipeline.defs.sensors import _driven_elsewhere
 
     ctx = registered(tmp_path)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
+from deep_pipeline.runtime.driver import drive
+from deep_pipeline.runtime.register import register_with_overrides
 from deep_pipeline.engine import steps
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 

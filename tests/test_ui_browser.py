@@ -27,8 +27,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
+from deep_pipeline.runtime.driver import drive
+from deep_pipeline.runtime.register import register_with_overrides
 from deep_pipeline.defs.pages import asset_url
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import EditRecord

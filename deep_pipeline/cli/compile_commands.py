@@ -136,7 +136,7 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.runtime.register import register_with_overrides
     from deep_pipeline.engine.compiles import check_inputs
     from deep_pipeline.engine.settings import effective_config, load_deployment
 
@@ -166,7 +166,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _drive(args, instance, root: Path, key: str) -> int:
-    from deep_pipeline.defs.driver import drive
+    from deep_pipeline.runtime.driver import drive
 
     with _live_lines(args):
         report = drive(instance, root, key, progress=None if args.quiet else (lambda line: _say(args, line)))

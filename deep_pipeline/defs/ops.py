@@ -1,6 +1,6 @@
 """The non-asset jobs and their ops: start a compile, carry one to its end, start a batch.
 
-They sit here rather than in jobs.py because `compile` drives the step jobs (defs/driver.py
+They sit here rather than in jobs.py because `compile` drives the step jobs (runtime/driver.py
 imports them): beside the step jobs they would import themselves.
 """
 
@@ -11,8 +11,9 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import process_tags, register_batch, register_with_overrides
+from deep_pipeline.runtime.driver import drive
+from deep_pipeline.runtime.register import register_batch, register_with_overrides
+from deep_pipeline.runtime.sweep import process_tags
 from deep_pipeline.defs.resources import CompileDefaultsResource, CompileStoreResource
 
 

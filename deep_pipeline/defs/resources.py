@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
-from deep_pipeline.defs.step_runs import DRIVER_TAG
+from deep_pipeline.runtime.tags import DRIVER_TAG
 from deep_pipeline.engine.context import CompileNotInStore, StepContext
 from deep_pipeline.home import dagster_home, store_root
 from deep_pipeline.llm.transport import WORKER_VARIABLE

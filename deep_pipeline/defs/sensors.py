@@ -14,8 +14,9 @@ import dagster as dg
 
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.jobs import ASSET_JOBS
-from deep_pipeline.defs.launcher import driven_elsewhere, release_dead_runs
-from deep_pipeline.defs.step_runs import job_name, run_tags
+from deep_pipeline.runtime.driver import driven_elsewhere
+from deep_pipeline.runtime.sweep import release_dead_runs
+from deep_pipeline.runtime.tags import job_name, run_tags
 from deep_pipeline.engine.steps import COMPILES, next_step
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.context import StepContext

@@ -3,7 +3,7 @@
 `next_step` is the only place the policy's action becomes a `Step`; `run_step` runs one
 in this process; `summary` is the one progress line; `drive` is the only loop. The plain
 driver passes `run_step` to `drive`, the CLI and the `compile` job pass "start the job
-for this step" (defs/launcher.py), and the loop sensor turns `next_step` into run requests.
+for this step" (runtime/driver.py), and the loop sensor turns `next_step` into run requests.
 """
 
 from __future__ import annotations

@@ -7,27 +7,66 @@ exactly like one the daemon carried, and running it again resumes where it stopp
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import fcntl
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.definitions.job_base import InMemoryJob
-from dagster._core.execution.api import execute_run
-from dagster._core.execution.execute_in_process import merge_run_tags
-from dagster._core.utils import make_new_run_id
 
-from deep_pipeline.defs.launcher import announce_compile, driver_lock, open_compile, process_tags, release_dead_runs
 from deep_pipeline.defs.step_location import step_defs
-from deep_pipeline.defs.step_runs import driver_tags, job_name, job_origin, run_tags
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.failures import last_failure, record_failure
 from deep_pipeline.engine.records import Report
 from deep_pipeline.engine.steps import Step
-from deep_pipeline.errors import StepError, one_line
+from deep_pipeline.errors import InputError, StepError, one_line
+from deep_pipeline.runtime.dagster_private import execute_created_run, make_new_run_id, partition_run_tags
+from deep_pipeline.runtime.register import announce_compile
+from deep_pipeline.runtime.sweep import open_compile, process_tags, release_dead_runs
+from deep_pipeline.runtime.tags import driver_tags, job_name, job_origin, run_tags
 
 # The event log keeps every event; the terminal gets our progress lines and one error line.
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+# The loop sensor's probe holds a compile's lock for an instant: a driver starting in
+# that instant retries for this long before it says another driver has the compile.
+PROBE_WAIT_S = 3.0
+
+
+@contextlib.contextmanager
+def driver_lock(ctx: StepContext, wait_s: float = PROBE_WAIT_S) -> Iterator[None]:
+    """One driver per compile at a time (a second would race the first on every step)."""
+    ctx.cdir.path.mkdir(parents=True, exist_ok=True)
+    with open(ctx.cdir.lock_path, "a") as handle:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise InputError(f"{ctx.cdir.path}: another driver is running this compile") from None
+                time.sleep(0.05)
+        yield
+
+
+def driven_elsewhere(ctx: StepContext) -> bool:
+    """Whether a driver holds the compile's lock: a shared look that never waits, let go at once.
+
+    Shared, so two probes never collide; a driver they catch retries (driver_lock).
+    """
+    if not ctx.cdir.lock_path.is_file():
+        return False
+    # "a+": on NFSv4 a shared lock needs the file open for reading (else EBADF).
+    with open(ctx.cdir.lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False  # closing the file lets the probe's lock go
 
 
 def drive(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable[[str], None] | None = None,
@@ -88,11 +127,10 @@ def execute_with_origin(job: dg.JobDefinition, partition_key: str, instance: dg.
     run_config = QUIET_CONSOLE
     run_id = make_new_run_id()
     tags = {**tags, **process_tags(run_id)}  # a kill -9 of this process is noticed by the next driver
-    run_tags = merge_run_tags(job_def=job, partition_key=partition_key, tags=tags, asset_selection=None,
-                              instance=instance, run_config=run_config)
+    run_tags = partition_run_tags(job, partition_key, instance, tags, run_config)
     run = instance.create_run_for_job(job_def=job, run_id=run_id, run_config=run_config, tags=run_tags,
                                       remote_job_origin=job_origin(job.name))
-    return execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
+    return execute_created_run(job, run, instance)
 
 
 def _interrupted(result) -> bool:
