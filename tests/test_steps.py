@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from deep_pipeline.defs.partitions import PARTITION_SET
 from deep_pipeline.core.keys import iteration_key, matrix_key
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import StepContext
@@ -38,7 +39,7 @@ def test_the_loop_runs_the_table_in_pipeline_order_and_each_iteration_records_it
     key = ctx.cdir.key
     kinds = [s.kind for s in seen]
     assert kinds[:2] == ["inputs", "matrix"] and kinds[-1] == "finalize"
-    assert [s.partition_set for s in seen[:3]] == ["compiles", "matrices", "iterations"]
+    assert [PARTITION_SET[s.kind] for s in seen[:3]] == ["compiles", "matrices", "iterations"]
     assert len({s.run_key for s in seen}) == len(seen)  # one run key per step, never reused
     iterations = [s for s in seen if s.kind == "iteration"]
     assert len(iterations) == len(report.decisions)

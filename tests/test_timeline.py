@@ -7,7 +7,7 @@ import dagster as dg
 
 from deep_pipeline.runtime.driver import drive
 from deep_pipeline.runtime.register import register_with_overrides
-from deep_pipeline.engine import steps
+from deep_pipeline.defs.partitions import COMPILES
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 
 
@@ -63,4 +63,4 @@ def test_timeline_is_declared_per_compile(env):
     from deep_pipeline.definitions import defs
 
     spec = defs.resolve_asset_graph().get(dg.AssetKey("compile_timeline"))
-    assert spec.partitions_def.name == steps.COMPILES and not spec.is_materializable
+    assert spec.partitions_def.name == COMPILES and not spec.is_materializable

@@ -17,7 +17,8 @@ from deep_pipeline.defs.jobs import ASSET_JOBS
 from deep_pipeline.runtime.driver import driven_elsewhere
 from deep_pipeline.runtime.sweep import release_dead_runs
 from deep_pipeline.runtime.tags import job_name, run_tags
-from deep_pipeline.engine.steps import COMPILES, next_step
+from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET
+from deep_pipeline.engine.steps import next_step
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.context import StepContext
 from deep_pipeline.engine.failures import last_failure
@@ -69,8 +70,8 @@ def requests_for(ctx: StepContext) -> tuple[dg.RunRequest | None, dg.AddDynamicP
     run = dg.RunRequest(run_key=step.run_key, job_name=job_name(ASSET_JOBS, step), partition_key=step.partition_key,
                         tags=run_tags(ctx.cdir.key))
     add = None
-    if step.partition_set != COMPILES:
-        add = dg.AddDynamicPartitionsRequest(partitions_def_name=step.partition_set, partition_keys=[step.partition_key])
+    if PARTITION_SET[step.kind] != COMPILES:
+        add = dg.AddDynamicPartitionsRequest(partitions_def_name=PARTITION_SET[step.kind], partition_keys=[step.partition_key])
     return run, add
 
 

@@ -22,11 +22,6 @@ from deep_pipeline.engine.records import DecisionRecord, Report
 from deep_pipeline.errors import StepError
 from deep_pipeline.store import read_model
 
-# The dynamic partition set each kind of step is keyed in (defs/partitions.py names them so).
-COMPILES, MATRICES, ITERATIONS = "compiles", "matrices", "iterations"
-PARTITION_SET: dict[StepKind, str] = {"inputs": COMPILES, "matrix": MATRICES, "iteration": ITERATIONS,
-                                      "finalize": COMPILES}
-
 Progress = Callable[[str], None]
 
 
@@ -36,10 +31,6 @@ class Step:
     partition_key: str
     action: Action
     matrix_key: str | None = None  # for an iteration: the matrix its cell is selected from
-
-    @property
-    def partition_set(self) -> str:
-        return PARTITION_SET[self.kind]
 
     @property
     def run_key(self) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from deep_pipeline.defs.partitions import PARTITION_SET
 from deep_pipeline.defs.step_location import step_defs
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.context import StepContext
@@ -83,8 +84,9 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable
 
     def start_job(ctx: StepContext, step: Step) -> None:
         release_dead_runs(instance, note)  # before the step claims a slot
-        if not instance.has_dynamic_partition(step.partition_set, step.partition_key):
-            instance.add_dynamic_partitions(step.partition_set, [step.partition_key])
+        partition_set = PARTITION_SET[step.kind]
+        if not instance.has_dynamic_partition(partition_set, step.partition_key):
+            instance.add_dynamic_partitions(partition_set, [step.partition_key])
         name = job_name(jobs, step)
         result = execute_with_origin(
             repository.get_job(name), step.partition_key, instance,

@@ -9,7 +9,7 @@ from typing import Any
 
 import dagster as dg
 
-from deep_pipeline.engine import steps
+from deep_pipeline.defs.partitions import COMPILES
 from deep_pipeline.engine.batch import load_manifest
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.records import CompileRecord
@@ -35,8 +35,8 @@ def register_with_overrides(instance: dg.DagsterInstance, root: Path, skill_dir:
 
 
 def announce_compile(instance: dg.DagsterInstance, key: str) -> None:
-    if not instance.has_dynamic_partition(steps.COMPILES, key):
-        instance.add_dynamic_partitions(steps.COMPILES, [key])
+    if not instance.has_dynamic_partition(COMPILES, key):
+        instance.add_dynamic_partitions(COMPILES, [key])
 
 
 def instance_warning(instance: dg.DagsterInstance) -> str | None:
