@@ -20,7 +20,7 @@ from deep_pipeline.runtime.tags import job_name, run_tags
 from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET
 from deep_pipeline.engine.steps import next_step
 from deep_pipeline.defs.resources import CompileStoreResource
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure
 from deep_pipeline.engine.status import failure_line
 from deep_pipeline.errors import InputError, StepError
@@ -63,7 +63,7 @@ def touched_compiles(instance: dg.DagsterInstance, cursor: dict) -> set[str]:
     return touched | new | set(cursor["pending"])
 
 
-def requests_for(ctx: StepContext) -> tuple[dg.RunRequest | None, dg.AddDynamicPartitionsRequest | None]:
+def requests_for(ctx: CompileHandle) -> tuple[dg.RunRequest | None, dg.AddDynamicPartitionsRequest | None]:
     step = next_step(ctx)
     if step is None:
         return None, None
@@ -75,7 +75,7 @@ def requests_for(ctx: StepContext) -> tuple[dg.RunRequest | None, dg.AddDynamicP
     return run, add
 
 
-def _driven_elsewhere(ctx: StepContext) -> bool:
+def _driven_elsewhere(ctx: CompileHandle) -> bool:
     """A CLI driver or a `compile` job holds the compile's lock: leave it alone.
 
     Only a look (a shared lock, let go at once): a probe must never make a driver fail.

@@ -44,7 +44,9 @@ def missing_compile_line(root: Path, key: str) -> str:
 
 
 @dataclass
-class StepContext:
+class CompileHandle:
+    """A handle on one compile: its folder, record, services, step lock and outlook (what every step starts from)."""
+
     cdir: CompileDir
     replay: bool = False
     api_keys: dict[str, str] = field(default_factory=dict, repr=False)
@@ -54,7 +56,7 @@ class StepContext:
 
     @classmethod
     def open(cls, root: Path, key: str, *, services: Services | None = None, replay: bool = False,
-             api_keys: dict[str, str] | None = None, transport=None) -> "StepContext":
+             api_keys: dict[str, str] | None = None, transport=None) -> "CompileHandle":
         cdir = CompileDir(root, key)
         if not cdir.exists():  # the first touch of the folder: the one place a non-shared store shows
             raise CompileNotInStore(missing_compile_line(cdir.root, key))

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from deep_pipeline.core.models import Decision, LevelSummary
 from deep_pipeline.core.actions import Done, action_label
 from deep_pipeline.core.keys import batch_name, iteration_key, iteration_label, matrix_key, parse_key
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import StepFailure, last_failure
 from deep_pipeline.core.history import History
 from deep_pipeline.llm.accounting import Usage
@@ -45,7 +45,7 @@ class CompileStatus(BaseModel):
     records: dict[str, str]  # what -> path
 
 
-def compile_status(ctx: StepContext) -> CompileStatus:
+def compile_status(ctx: CompileHandle) -> CompileStatus:
     outlook = ctx.look()
     state, action = outlook.state, outlook.action
     cdir = ctx.cdir
@@ -150,7 +150,7 @@ def _call_step(step_key: str, compile_key: str, batches: dict[str, str]) -> str 
     return None
 
 
-def timeline_rows(ctx: StepContext, history: History | None = None) -> list[TimelineRow]:
+def timeline_rows(ctx: CompileHandle, history: History | None = None) -> list[TimelineRow]:
     """Every step the compile has finished, from its records: the history the policy reads
     (pass it when the caller has it), one stat per step for its time, and the calls log once
     (never a trace)."""

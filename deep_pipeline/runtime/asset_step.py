@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import clear_failure, record_failure
 from deep_pipeline.engine.live import heartbeats_to
 from deep_pipeline.errors import one_line
@@ -19,7 +19,7 @@ from deep_pipeline.runtime.timeline import ends_step, log_timeline
 
 
 @contextlib.contextmanager
-def asset_step(context: dg.AssetExecutionContext, ctx: StepContext, first: bool = False) -> Iterator[None]:
+def asset_step(context: dg.AssetExecutionContext, ctx: CompileHandle, first: bool = False) -> Iterator[None]:
     """What every asset step body runs under: its run tagged with this process, the step lock.
 
     A run the CLI driver started has its tags already; one the daemon launched gets its
@@ -44,7 +44,7 @@ def asset_step(context: dg.AssetExecutionContext, ctx: StepContext, first: bool 
             log_timeline(context, ctx)
 
 
-def _step_failed(context: dg.AssetExecutionContext, ctx: StepContext, exc: Exception) -> None:
+def _step_failed(context: dg.AssetExecutionContext, ctx: CompileHandle, exc: Exception) -> None:
     """Record the failure and show it on the timeline; never in the way of the error itself."""
     error = getattr(exc, "description", None) or str(exc) or type(exc).__name__
     record_failure(ctx.cdir, context.run.run_id, context.partition_key, context.job_name, error)

@@ -1,6 +1,6 @@
 """Carrying one compile to its end in this process: the CLI's `compile`/`resume` and the `compile` job.
 
-engine.steps.drive (the one loop) runs each step as "execute the job tagged with this
+engine.steps.run_steps (the one loop) runs each step as "execute the job tagged with this
 step's kind in-process against the instance": a one-shot compile shows up in the UI
 exactly like one the daemon carried, and running it again resumes where it stopped.
 """
@@ -18,7 +18,7 @@ import dagster as dg
 from deep_pipeline.defs.partitions import PARTITION_SET
 from deep_pipeline.defs.step_location import step_defs
 from deep_pipeline.engine import steps
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure, record_failure
 from deep_pipeline.engine.records import Report
 from deep_pipeline.engine.steps import Step
@@ -38,7 +38,7 @@ PROBE_WAIT_S = 3.0
 
 
 @contextlib.contextmanager
-def driver_lock(ctx: StepContext, wait_s: float = PROBE_WAIT_S) -> Iterator[None]:
+def driver_lock(ctx: CompileHandle, wait_s: float = PROBE_WAIT_S) -> Iterator[None]:
     """One driver per compile at a time (a second would race the first on every step)."""
     ctx.cdir.path.mkdir(parents=True, exist_ok=True)
     with open(ctx.cdir.lock_path, "a") as handle:
@@ -54,7 +54,7 @@ def driver_lock(ctx: StepContext, wait_s: float = PROBE_WAIT_S) -> Iterator[None
         yield
 
 
-def driven_elsewhere(ctx: StepContext) -> bool:
+def driven_elsewhere(ctx: CompileHandle) -> bool:
     """Whether a driver holds the compile's lock: a shared look that never waits, let go at once.
 
     Shared, so two probes never collide; a driver they catch retries (driver_lock).
@@ -70,19 +70,19 @@ def driven_elsewhere(ctx: StepContext) -> bool:
         return False  # closing the file lets the probe's lock go
 
 
-def drive(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable[[str], None] | None = None,
+def drive_compile(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable[[str], None] | None = None,
           max_runs: int = 10_000, parent: dg.DagsterRun | None = None) -> Report:
-    """Run the compile's next job, in this process, until it is finalized (engine.steps.drive).
+    """Run the compile's next job, in this process, until it is finalized (engine.steps.run_steps).
 
     `parent`: the `compile` run driving it; each step's run is tagged with it (else with this CLI process).
     """
-    ctx = StepContext.open(root, key)
+    ctx = CompileHandle.open(root, key)
     launched = driver_tags(parent.run_id, parent.tags) if parent else driver_tags()
     note = progress or (lambda line: None)
     repository = step_defs.get_repository_def()
     jobs = repository.get_all_jobs()
 
-    def start_job(ctx: StepContext, step: Step) -> None:
+    def start_job(ctx: CompileHandle, step: Step) -> None:
         release_dead_runs(instance, note)  # before the step claims a slot
         partition_set = PARTITION_SET[step.kind]
         if not instance.has_dynamic_partition(partition_set, step.partition_key):
@@ -104,12 +104,12 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable
     with driver_lock(ctx):
         announce_compile(instance, key)  # under the lock: the sensor sees it held and leaves it alone
         open_compile(instance, ctx, note)
-        report = steps.drive(ctx, start_job, progress, max_steps=max_runs)
+        report = steps.run_steps(ctx, start_job, progress, max_steps=max_runs)
         _restore_outputs(ctx, note)
         return report
 
 
-def _restore_outputs(ctx: StepContext, note: Callable[[str], None]) -> None:
+def _restore_outputs(ctx: CompileHandle, note: Callable[[str], None]) -> None:
     """Write what a finalized compile should have beside its records and lacks: report.html,
     which the last step writes after report.json (a kill between them left it missing)."""
     from deep_pipeline.report import write_html_report

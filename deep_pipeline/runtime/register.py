@@ -24,7 +24,7 @@ def register_with_overrides(instance: dg.DagsterInstance, root: Path, skill_dir:
     """Register a compile from the deployment's settings and these overrides. Returns (record, newly created).
 
     `announce` adds its `compiles` partition, which hands it to the loop sensor; a driver
-    that carries the compile itself leaves that to `drive`, which does it under its lock.
+    that carries the compile itself leaves that to `drive_compile`, which does it under its lock.
     """
     config = effective_config(load_deployment(), overrides, origin)
     existed = {p.name for p in Path(root).iterdir()} if Path(root).is_dir() else set()

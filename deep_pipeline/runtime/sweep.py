@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.rollouts.guard import start_time
 
 # Who runs a run, as one tag `deep/worker` = `<pid>@<host>/<start>/<run id>`: the pid, its start
@@ -98,7 +98,7 @@ def release_dead_runs(instance: dg.DagsterInstance, note: Callable[[str], None])
     return released
 
 
-def open_compile(instance: dg.DagsterInstance, ctx: StepContext, note: Callable[[str], None]) -> None:
+def open_compile(instance: dg.DagsterInstance, ctx: CompileHandle, note: Callable[[str], None]) -> None:
     """What every command that opens a compile does first, whatever step comes next (issue 21 item 25).
 
     A kill -9 may land after a compile's last record (report.json) and before its run is

@@ -16,7 +16,7 @@ import dagster as dg
 
 from deep_pipeline.core.actions import Done, action_label
 from deep_pipeline.defs.pages import asset_url, run_url, table_text
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure
 from deep_pipeline.engine.status import TimelineRow, compile_state, failure_line, timeline_rows
 
@@ -57,7 +57,7 @@ def timeline_table(rows: list[TimelineRow]) -> str:
     return "\n".join(lines)
 
 
-def timeline_event(ctx: StepContext) -> dg.AssetMaterialization:
+def timeline_event(ctx: CompileHandle) -> dg.AssetMaterialization:
     """The compile's timeline as it stands now, with where it goes next."""
     outlook = ctx.look()
     rows = timeline_rows(ctx, outlook.history)
@@ -96,5 +96,5 @@ def ends_step(context: dg.AssetExecutionContext) -> bool:
     return bool(names & set(STEP_ENDS.values()))
 
 
-def log_timeline(context: dg.AssetExecutionContext, ctx: StepContext) -> None:
+def log_timeline(context: dg.AssetExecutionContext, ctx: CompileHandle) -> None:
     context.log_event(timeline_event(ctx))
