@@ -95,14 +95,13 @@ def _instance():
     Several compiles started at once on a new home would otherwise all create and stamp
     the SQLite schemas (seen: `UNIQUE constraint failed: alembic_version.version_num`).
     """
-    import fcntl
-
     import dagster as dg
+
+    from deep_pipeline.locks import file_lock
 
     home = _home()
     logging.getLogger().addFilter(_no_connection_retries)  # added once however often we get here
-    with open(home / ".setup.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(home / ".setup.lock"):
         instance = dg.DagsterInstance.get()
         instance.get_runs(limit=1)  # storages are created lazily: make them now, under the lock
     return instance
@@ -166,6 +165,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _drive_here(args, instance, root: Path, key: str) -> int:
+    from deep_pipeline.llm.accounting import cost_text
     from deep_pipeline.runtime.driver import drive_compile
 
     with _live_lines(args):
@@ -173,7 +173,7 @@ def _drive_here(args, instance, root: Path, key: str) -> int:
     if getattr(args, "json", False):
         print(json.dumps(_outcome(report, root, key)))
         return 0
-    cost = f"${report.usage_total.cost_usd:.4f}" if report.usage_total.cost_usd is not None else "unknown cost"
+    cost = cost_text(report.usage_total.cost_usd, "unknown cost")
     stops = ", ".join(f"{lv.level}: {lv.stop_reason}" for lv in report.levels)
     print(f"{key}: {report.status} ({stops}); {len(report.decisions)} iterations, "
           f"{sum(d.accepted for d in report.decisions)} accepted; {report.usage_total.calls} model calls, {cost}")

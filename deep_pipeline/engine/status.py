@@ -19,6 +19,7 @@ from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import StepFailure, last_failure
 from deep_pipeline.core.history import History
 from deep_pipeline.llm.accounting import Usage
+from deep_pipeline.llm.accounting import cost_text
 
 
 class DecisionRow(BaseModel):
@@ -107,7 +108,7 @@ def format_status(status: CompileStatus) -> str:
             outcome = "accepted" if row.accepted else "rejected"
             lines.append(f"{row.number:>3}  {row.iteration:<14} {row.coordinate:<32} {outcome:<8} {scores:<11} {row.reason}")
     usage = status.usage
-    cost = f"${usage.cost_usd:.4f}" if usage.cost_usd is not None else "cost unknown"
+    cost = cost_text(usage.cost_usd)
     lines += ["", f"model calls: {usage.calls}, {usage.prompt_tokens + usage.completion_tokens} tokens, {cost}"]
     lines += [f"{what + ':':<12} {path}" for what, path in status.records.items()]
     return "\n".join(lines)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from deep_pipeline.core.actions import Action, StepKind, step_of
 from deep_pipeline.core.keys import iteration_label
-from deep_pipeline.llm.accounting import usage_of_calls
+from deep_pipeline.llm.accounting import cost_text, usage_of_calls
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.io_steps import INPUT_BATCH, finalize_step, input_step
 from deep_pipeline.engine.iteration_steps import Iteration, run_iteration
@@ -87,7 +87,7 @@ def summary(ctx: CompileHandle, step: Step, calls_before: int = 0) -> str:
     from_cache = f", {cached} from the cache" if cached else ""
     # This step's own figures first, then the compile's so far: never a running total read as the step's.
     tail = (f"[{usage.calls} calls{from_cache}, {usage.prompt_tokens + usage.completion_tokens} tokens, "
-            f"{_cost(usage)}; compile so far: {total.calls} calls, {_cost(total)}]")
+            f"{cost_text(usage.cost_usd)}; compile so far: {total.calls} calls, {cost_text(total.cost_usd)}]")
     if step.kind == "iteration":
         level, index = step.action.level, step.action.index
         d = Iteration(ctx, level, index).load("decision.json", DecisionRecord).decision
@@ -101,7 +101,3 @@ def summary(ctx: CompileHandle, step: Step, calls_before: int = 0) -> str:
             every = "all " if len(failed) == len(traces) else ""
             return f"inputs {step.partition_key}: {every}{len(failed)} of {len(traces)} rollouts failed ({kinds}) {tail}"
     return f"{step.kind} {step.partition_key} done {tail}"
-
-
-def _cost(usage) -> str:
-    return f"${usage.cost_usd:.4f}" if usage.cost_usd is not None else "cost unknown"

@@ -8,8 +8,6 @@ exactly like one the daemon carried, and running it again resumes where it stopp
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from deep_pipeline.engine.failures import last_failure, record_failure
 from deep_pipeline.engine.records import Report
 from deep_pipeline.engine.steps import Step
 from deep_pipeline.errors import InputError, StepError, one_line
+from deep_pipeline.locks import file_lock
 from deep_pipeline.runtime.dagster_private import execute_created_run, make_new_run_id, partition_run_tags
 from deep_pipeline.runtime.register import announce_compile
 from deep_pipeline.runtime.sweep import open_compile, process_tags, release_dead_runs
@@ -40,17 +39,9 @@ PROBE_WAIT_S = 3.0
 @contextlib.contextmanager
 def driver_lock(ctx: CompileHandle, wait_s: float = PROBE_WAIT_S) -> Iterator[None]:
     """One driver per compile at a time (a second would race the first on every step)."""
-    ctx.cdir.path.mkdir(parents=True, exist_ok=True)
-    with open(ctx.cdir.lock_path, "a") as handle:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise InputError(f"{ctx.cdir.path}: another driver is running this compile") from None
-                time.sleep(0.05)
+    with file_lock(ctx.cdir.lock_path, wait=float(wait_s)) as held:
+        if not held:
+            raise InputError(f"{ctx.cdir.path}: another driver is running this compile")
         yield
 
 
@@ -61,13 +52,8 @@ def driven_elsewhere(ctx: CompileHandle) -> bool:
     """
     if not ctx.cdir.lock_path.is_file():
         return False
-    # "a+": on NFSv4 a shared lock needs the file open for reading (else EBADF).
-    with open(ctx.cdir.lock_path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        return False  # closing the file lets the probe's lock go
+    with file_lock(ctx.cdir.lock_path, shared=True, wait=False) as held:
+        return not held  # leaving the block lets the probe's lock go
 
 
 def drive_compile(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable[[str], None] | None = None,

@@ -19,6 +19,7 @@ from deep_pipeline.defs.pages import asset_url, run_url, table_text
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure
 from deep_pipeline.engine.status import TimelineRow, compile_state, failure_line, timeline_rows
+from deep_pipeline.llm.accounting import cost_text
 
 TIMELINE_ASSET = "compile_timeline"
 # The asset that ends each kind of step: the timeline is logged once per step, after it
@@ -50,7 +51,7 @@ def timeline_table(rows: list[TimelineRow]) -> str:
         scores = (f"{_num(r.incumbent_score)} → {_num(r.candidate_score)}"
                   if r.incumbent_score is not None or r.candidate_score is not None else "-")
         ended = datetime.fromtimestamp(r.ended_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if r.ended_at else "-"
-        cost = "unknown" if r.cost_usd is None else f"${r.cost_usd:.4f}"
+        cost = cost_text(r.cost_usd, "unknown")
         calls = f"{r.calls} ({r.failed_calls} failed)" if r.failed_calls else str(r.calls)
         lines.append(f"| {r.number} | {_step_link(r)} | {r.level or '-'} | {table_text(r.coordinate or '-')} | {outcome} "
                      f"| {scores} | {_num(r.delta, '+g')} | {table_text(r.reason) or '-'} | {ended} | {calls} | {cost} |")
