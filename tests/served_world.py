@@ -21,9 +21,9 @@ from typing import Iterator
 import yaml
 
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.engine.steps import drive, run_step
+from deep_pipeline.engine.steps import run_steps, run_step
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 from tests.scripted_openai_server import ScriptedOpenAIServer
 
@@ -95,8 +95,8 @@ def reference(tmp_path: Path, scripted_llm) -> tuple[list, str, int]:
     install_world(scripted_llm, one_edit_world())
     skill, bundle = make_inputs(tmp_path / "ref")
     record = register_compile(tmp_path / "ref" / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
-    ctx = StepContext.open(tmp_path / "ref" / "store", record.key)
-    report = drive(ctx, run_step)
+    ctx = CompileHandle.open(tmp_path / "ref" / "store", record.key)
+    report = run_steps(ctx, run_step)
     decisions = [(d.level, str(d.coordinate), d.accepted, d.reason) for d in report.decisions]
     return decisions, (Path(report.final_skill_dir) / "SKILL.md").read_text(), len(scripted_llm.requests)
 

@@ -14,8 +14,8 @@ import dagster as dg
 import pytest
 
 from deep_pipeline.core.keys import parse_key
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
+from deep_pipeline.runtime.driver import drive_compile
+from deep_pipeline.runtime.register import register_with_overrides
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import EditRecord
 from deep_pipeline.store import read_model, sha256_bytes, sha256_text
@@ -70,7 +70,7 @@ def compiled(tmp_path_factory):
         instance = dg.DagsterInstance.ephemeral()
         record, _ = register_with_overrides(instance, tmp / "store", skill, bundle,
                                             {**CONFIG, "runner": "chat", "section_iterations": 3})
-        report = drive(instance, tmp / "store", record.key)
+        report = drive_compile(instance, tmp / "store", record.key)
         yield instance, CompileDir(tmp / "store", record.key), report
     uninstall(llm)
 

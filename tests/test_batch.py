@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from deep_pipeline.defs.launcher import register_batch
+from deep_pipeline.runtime.register import register_batch
 from deep_pipeline.engine.batch import load_manifest
 from deep_pipeline.errors import InputError
 from tests.compile_world import make_inputs

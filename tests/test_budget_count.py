@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.engine.steps import drive, run_step
+from deep_pipeline.engine.steps import run_steps, run_step
 from deep_pipeline.llm.accounting import CallRecord, append_call
 from deep_pipeline.llm.budget import Budget
 from tests.compile_world import CONFIG, World, install_world, make_inputs
@@ -21,7 +21,7 @@ from tests.scripted_llm import register_prices
 MODELS = {"judge_model": "scripted/priced-judge", "editor_model": "scripted/priced-editor"}
 
 
-def _compile(tmp_path, scripted_llm) -> StepContext:
+def _compile(tmp_path, scripted_llm) -> CompileHandle:
     register_prices("priced-judge", 1e-6, 2e-6)
     register_prices("priced-editor", 3e-6, 4e-6)
     world = World(low={("s01-when-to-use", "clarity"): 2})
@@ -31,8 +31,8 @@ def _compile(tmp_path, scripted_llm) -> StepContext:
     skill, bundle = make_inputs(tmp_path)
     config = effective_config(load_deployment(), {**CONFIG, **MODELS})
     record = register_compile(tmp_path / "store", skill, bundle, config)
-    ctx = StepContext.open(tmp_path / "store", record.key)
-    drive(ctx, run_step)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
+    run_steps(ctx, run_step)
     return ctx
 
 
@@ -40,7 +40,7 @@ def _sent(scripted_llm) -> int:
     return sum(len(scripted_llm.requests_for(name)) for name in ("priced-judge", "priced-editor"))
 
 
-def _budget_and_history(ctx: StepContext) -> tuple[tuple[int, float], tuple[int, float]]:
+def _budget_and_history(ctx: CompileHandle) -> tuple[tuple[int, float], tuple[int, float]]:
     budget = Budget.from_calls_log(ctx.cdir.calls_log, max_calls=None, max_usd=None)
     history = ctx.cdir.history()
     return (budget.calls_used, budget.usd_used), (history.calls, history.usd)
@@ -52,7 +52,7 @@ def test_after_a_resume_from_the_cache_the_budget_and_the_history_agree(tmp_path
     # A crash lost the last matrix and the report: the rerun takes their answers from the cache.
     shutil.rmtree(ctx.cdir.matrix_dir("section", 1))
     ctx.cdir.report_path.unlink()
-    drive(StepContext.open(tmp_path / "store", ctx.cdir.key), run_step)
+    run_steps(CompileHandle.open(tmp_path / "store", ctx.cdir.key), run_step)
     assert _sent(scripted_llm) == sent  # every answer came from the cache
 
     (calls, usd), history = _budget_and_history(ctx)

@@ -15,10 +15,10 @@ from deep_pipeline.core.decision import candidate_label, order_seed
 from deep_pipeline.core.keys import batch_name, iteration_key
 from deep_pipeline.core.models import NO_IMPROVEMENT, REGRESSED_PREFIX, CompareCall, Trace, TraceStep
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.records import ComparisonRecord
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.engine.steps import drive, run_step
+from deep_pipeline.engine.steps import run_steps, run_step
 from deep_pipeline.errors import InputError
 from deep_pipeline.llm.accounting import read_calls
 from deep_pipeline.store import read_model
@@ -41,8 +41,8 @@ def compile_with(tmp_path, scripted_llm, compare, **config):
     scripted_llm.always("judge", judge)
     skill, bundle = make_inputs(tmp_path)
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), {**CONFIG, **config}))
-    ctx = StepContext.open(tmp_path / "store", record.key)
-    return ctx, drive(ctx, run_step)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
+    return ctx, run_steps(ctx, run_step)
 
 
 def verdict(score_a, score_b, **extra) -> dict:
@@ -98,7 +98,7 @@ def test_each_call_has_its_own_key_and_a_resume_repeats_none_of_them(tmp_path, s
         (folder / name).unlink()
     ctx.cdir.report_path.unlink()
     shutil.rmtree(ctx.cdir.final_skill.parent)
-    again = drive(StepContext.open(tmp_path / "store", ctx.cdir.key), run_step)
+    again = run_steps(CompileHandle.open(tmp_path / "store", ctx.cdir.key), run_step)
     assert len(scripted_llm.requests_for("judge")) == sent
     assert [d.model_dump() for d in again.decisions] == [d.model_dump() for d in report.decisions]
 

@@ -8,9 +8,9 @@ import json
 import dagster as dg
 import pytest
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.runtime.driver import drive_compile
+from deep_pipeline.runtime.register import register_with_overrides
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.status import compile_status, format_status
 from deep_pipeline.errors import StepError
 from tests.compile_world import CONFIG, World, install_world, make_inputs
@@ -27,10 +27,10 @@ def test_a_failed_step_run_shows_as_failed_until_a_step_ends(env, scripted_llm, 
     skill, bundle = make_inputs(env / "dg")
     record, _ = register_with_overrides(instance, env / "store", skill, bundle, dict(CONFIG))
     with pytest.raises(StepError):
-        drive(instance, env / "store", record.key)
+        drive_compile(instance, env / "store", record.key)
     [failed_run] = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
 
-    status = compile_status(StepContext.open(env / "store", record.key))
+    status = compile_status(CompileHandle.open(env / "store", record.key))
     assert status.state == "failed" and status.next_step  # not "running"
     failure = status.failure
     assert failure.run_id == failed_run.run_id and failure.partition == f"{record.key}/section/m00"
@@ -49,7 +49,7 @@ def test_a_failed_step_run_shows_as_failed_until_a_step_ends(env, scripted_llm, 
 
     # the timeline: state failed, the failed run as the last row, every logged call counted
     latest = observations(instance, record.key)[-1]
-    calls = StepContext.open(env / "store", record.key).cdir.calls()
+    calls = CompileHandle.open(env / "store", record.key).cdir.calls()
     assert latest.metadata["state"].value == "failed"
     assert failed_run.run_id in latest.metadata["last_failure"].value
     assert latest.metadata["compile_model_calls"].value == len(calls) >= 1
@@ -65,8 +65,8 @@ def test_a_failed_step_run_shows_as_failed_until_a_step_ends(env, scripted_llm, 
 
     # mended and resumed: the next step that ends clears it
     install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
-    drive(instance, env / "store", record.key)
-    status = compile_status(StepContext.open(env / "store", record.key))
+    drive_compile(instance, env / "store", record.key)
+    status = compile_status(CompileHandle.open(env / "store", record.key))
     assert status.state == "finalized" and status.failure is None
     assert observations(instance, record.key)[-1].metadata["last_failure"].value == "-"
 

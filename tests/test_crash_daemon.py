@@ -2,7 +2,7 @@
 
 `start_compile` registers the compile (as tests/test_daemon.py does), `dagster-daemon run`
 carries it; at the kill point the worker process of the running step (its `deep/worker` tag,
-set by defs/launcher.asset_step) is SIGKILLed. The daemon keeps running: its loop
+set by runtime/asset_step.py) is SIGKILLed. The daemon keeps running: its loop
 sensor's sweep (release_dead_runs) fails the dead run and frees its slot, and Dagster's
 run retry (dagster.yaml run_retries) runs the step again. Checked as the CLI points of
 tests/test_crash_suite.py are, against the same uninterrupted compile.
@@ -22,7 +22,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from deep_pipeline.defs.launcher import WorkerClaim
+from deep_pipeline.runtime.sweep import WorkerClaim
 
 from tests.crash_harness import (
     REPO,

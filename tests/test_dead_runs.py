@@ -105,14 +105,14 @@ WARNING = "this Dagster instance has no limit on the 'llm' pool"
 
 
 def drive_first_step(tmp_path: Path, instance: dg.DagsterInstance, monkeypatch) -> None:
-    from deep_pipeline.defs.driver import drive
+    from deep_pipeline.runtime.driver import drive_compile
     from deep_pipeline.errors import StepError
 
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))  # where the assets' store resource looks
     skill, bundle = make_inputs(tmp_path)
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
     with pytest.raises(StepError, match="no end after 1 steps"):
-        drive(instance, tmp_path / "store", record.key, max_runs=1)
+        drive_compile(instance, tmp_path / "store", record.key, max_runs=1)
 
 
 def test_the_first_step_on_an_instance_without_our_limits_warns_once_naming_the_file(tmp_path, scripted_llm, capsys, monkeypatch,

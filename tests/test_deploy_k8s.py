@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deep_pipeline.defs.step_runs import COMPILE_TAG
+from deep_pipeline.runtime.tags import COMPILE_TAG
 from deep_pipeline.secrets import PROVIDER_VARIABLES
 
 REPO = Path(__file__).resolve().parents[1]

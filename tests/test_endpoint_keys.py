@@ -15,9 +15,9 @@ import pytest
 
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.engine.steps import drive, run_step
+from deep_pipeline.engine.steps import run_steps, run_step
 from deep_pipeline.errors import InputError, StepError
 from deep_pipeline.llm.access import PLACEHOLDER_KEY
 from deep_pipeline.llm.client import ModelClient, ModelSettings
@@ -49,7 +49,7 @@ def compile_on(tmp: Path, models: ScriptedOpenAIServer, agent: ScriptedOpenAISer
                  "runner": "chat", "rollouts": 2, **keys}
     skill, bundle = make_inputs(tmp)
     record = register_compile(tmp / "store", skill, bundle, effective_config(load_deployment(), overrides))
-    drive(StepContext.open(tmp / "store", record.key, api_keys=api_keys), run_step)
+    run_steps(CompileHandle.open(tmp / "store", record.key, api_keys=api_keys), run_step)
     return tmp / "store" / record.key
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
-from deep_pipeline.engine.steps import drive, run_step
+from deep_pipeline.engine.context import CompileHandle
+from deep_pipeline.engine.steps import run_steps, run_step
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 
@@ -16,8 +16,8 @@ def test_a_refused_descent_selects_on_the_same_matrix_without_a_refresh(tmp_path
     install_world(scripted_llm, world)
     skill, bundle = make_inputs(tmp_path)
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
-    ctx = StepContext.open(tmp_path / "store", record.key)
-    report = drive(ctx, run_step)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
+    report = run_steps(ctx, run_step)
 
     assert [(str(d.coordinate), d.reason) for d in report.decisions] == [
         ("s01-when-to-use/clarity", "target_cell_did_not_improve"),

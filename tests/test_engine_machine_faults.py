@@ -7,7 +7,7 @@ import json
 import pytest
 
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.io_steps import input_step
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.engine.settings import effective_config, load_deployment
@@ -29,7 +29,7 @@ def test_an_api_error_rollout_fails_the_step_and_the_rerun_makes_only_that_rollo
     skill, bundle = make_inputs(tmp_path)
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CHAT))
     scripted_llm.script("agent", "answer one", unreachable(), "answer three")
-    ctx = StepContext.open(tmp_path / "store", record.key)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
 
     with pytest.raises(StepError) as failure:
         input_step(ctx)
@@ -41,7 +41,7 @@ def test_an_api_error_rollout_fails_the_step_and_the_rerun_makes_only_that_rollo
 
     scripted_llm.always("agent", "answer again")
     before = len(scripted_llm.requests_for("agent"))
-    batch = input_step(StepContext.open(tmp_path / "store", record.key))
+    batch = input_step(CompileHandle.open(tmp_path / "store", record.key))
     assert len(scripted_llm.requests_for("agent")) == before + 1  # only the failed rollout ran again
     traces = ctx.cdir.traces("input")
     assert [t.error_category for t in traces] == [None, None, None] and len(batch.trace_ids) == 3
@@ -54,7 +54,7 @@ def test_compile_json_does_not_carry_the_task_prompt(tmp_path):
     data["prompt"] = "Write this week's status update. " + "Context line. " * 20_000  # a long task text
     bundle.write_text(json.dumps(data))
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CHAT))
-    ctx = StepContext.open(tmp_path / "store", record.key)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
     assert ctx.cdir.record_path.stat().st_size < 8_000  # the config and hashes; the prompt is 280 kB
     assert ctx.task_prompt == data["prompt"]
 
@@ -62,7 +62,7 @@ def test_compile_json_does_not_carry_the_task_prompt(tmp_path):
 def test_a_compile_json_that_still_holds_the_prompt_loads(tmp_path):
     skill, bundle = make_inputs(tmp_path)
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CHAT))
-    path = StepContext.open(tmp_path / "store", record.key).cdir.record_path
+    path = CompileHandle.open(tmp_path / "store", record.key).cdir.record_path
     old = json.loads(path.read_text())
     path.write_text(json.dumps({**old, "task_prompt": "as written by an earlier version"}))
     assert read_model(path, CompileRecord).key == record.key

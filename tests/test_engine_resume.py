@@ -7,7 +7,7 @@ from pathlib import Path
 
 from deep_pipeline.core.models import Trace
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.io_steps import input_step
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.store import atomic_write_json
@@ -24,7 +24,7 @@ def test_input_rollouts_resume_after_a_crash_without_rerunning_finished_ones(tmp
         "rollouts": 3, "judge_model": "local", "editor_model": "local",
     })
     record = register_compile(tmp_path / "store", skill, bundle, config)
-    ctx = StepContext.open(tmp_path / "store", record.key)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
     # A run that crashed after two of its three rollouts left their traces behind.
     for index in (0, 2):
         atomic_write_json(ctx.cdir.batch_dir("input") / f"input-r{index}.json",

@@ -19,10 +19,10 @@ from deep_pipeline.cli import main
 from deep_pipeline.core.stats import newcombe_difference, wilson
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.evaluation import evaluate
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.engine.steps import drive, run_step
+from deep_pipeline.engine.steps import run_steps, run_step
 from deep_pipeline.errors import InputError
 from deep_pipeline.rollouts.verifier import VerifierMissing
 from tests.compile_world import CONFIG, MARK, World, install_world, make_inputs
@@ -49,9 +49,9 @@ def compiled(tmp_path: Path, scripted_llm, *, bundle_extra: dict | None = None, 
     counter = counter or tmp_path / "runs.txt"
     settings = effective_config(load_deployment(), config or command_config(counter))
     record = register_compile(tmp_path / "store", skill, bundle, settings)
-    ctx = StepContext.open(tmp_path / "store", record.key)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
     if finish:
-        drive(ctx, run_step)
+        run_steps(ctx, run_step)
     return ctx.cdir, counter
 
 

@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 from deep_pipeline.core.models import Trace, TraceStep
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.evaluation import EvaluatedRollout, EvaluationSpec
-from deep_pipeline.engine.steps import drive, next_step, run_step
+from deep_pipeline.engine.steps import run_steps, next_step, run_step
 from deep_pipeline.rollouts.verifier import Verdict
 from deep_pipeline.store import atomic_write_json
 from tests.compile_world import MARK
@@ -44,11 +44,11 @@ def test_an_evaluation_written_before_a_resume_changes_no_decision(tmp_path, scr
     config = command_config(counter, max_calls=calls + 1)  # enough, if only the compile's own calls count
     reference_budget, _ = compiled(tmp_path / "budget", scripted_llm, counter=counter, config=config)
     cdir, _ = compiled(tmp_path / "resumed", scripted_llm, counter=counter, config=config, finish=False)
-    ctx = StepContext.open(cdir.root, cdir.key)
+    ctx = CompileHandle.open(cdir.root, cdir.key)
     for _ in range(3):  # inputs, the matrix, a first iteration: then a crash
         run_step(ctx, next_step(ctx))
     plant_evaluation(cdir)
-    report = drive(StepContext.open(cdir.root, cdir.key), run_step)
+    report = run_steps(CompileHandle.open(cdir.root, cdir.key), run_step)
     assert decisions(cdir) == decisions(reference_budget) == decisions(reference)
     assert report.status == "completed" and report.verifier_signal_used is False
     assert json.loads(cdir.report_path.read_text())["usage_total"]["calls"] == calls

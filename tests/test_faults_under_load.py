@@ -24,9 +24,9 @@ import yaml
 
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.engine.steps import drive, run_step
+from deep_pipeline.engine.steps import run_steps, run_step
 from tests.compile_world import CONFIG, install_world
 from tests.fault_world import VARIANT_RE, FaultLayer, VariantWorlds, variant_inputs
 from tests.scripted_openai_server import ScriptedOpenAIServer
@@ -52,7 +52,7 @@ def references(tmp: Path, scripted_llm) -> dict[int, list[tuple]]:
     for k in range(COMPILES):
         skill, bundle = variant_inputs(tmp, k)
         record = register_compile(tmp / "store", skill, bundle, effective_config(load_deployment(), {**CONFIG, **LIMITS}))
-        report = drive(StepContext.open(tmp / "store", record.key), run_step)
+        report = run_steps(CompileHandle.open(tmp / "store", record.key), run_step)
         found[k] = decisions_of(report.model_dump(mode="json"))
     return found
 

@@ -10,7 +10,7 @@ import pytest
 
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.store import sha256_bytes
 from tests.compile_world import CONFIG, MARK, SKILL, World, install_world, make_inputs
@@ -25,8 +25,8 @@ def test_a_crlf_or_cr_skill_compiles_to_its_end_with_s_final_byte_identical_outs
     (skill / "SKILL.md").write_bytes(text.encode("utf-8"))  # exactly these bytes, no translation
     record = register_compile(env / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
 
-    report = steps.drive(StepContext.open(env / "store", record.key), steps.run_step)
-    assert steps.drive(StepContext.open(env / "store", record.key), steps.run_step) == report  # resume: same end
+    report = steps.run_steps(CompileHandle.open(env / "store", record.key), steps.run_step)
+    assert steps.run_steps(CompileHandle.open(env / "store", record.key), steps.run_step) == report  # resume: same end
 
     assert report.status == "completed"
     assert [d.reason for d in report.decisions] == ["target_improved_without_runtime_regression"]

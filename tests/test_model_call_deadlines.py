@@ -16,7 +16,7 @@ import yaml
 from deep_pipeline.cli import main
 from deep_pipeline.errors import StepError
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.llm import client
 from deep_pipeline.llm.client import ModelClient, ModelSettings
@@ -55,7 +55,7 @@ def test_a_resumed_cli_compile_counts_no_start_up_against_a_two_second_rollout_t
         done = subprocess.run([str(CLI), "resume", record.key, "--quiet"], env=served.env, capture_output=True,
                               text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    ctx = StepContext.open(home / "compiles", record.key)
+    ctx = CompileHandle.open(home / "compiles", record.key)
     assert [t.error_category for t in ctx.cdir.traces("input")] == [None, None]
     report = json.loads((ctx.cdir.path / "report.json").read_text())
     assert [d["reason"] for d in report["decisions"]] == ["runtime_regressed:timeout"] * 2
@@ -218,7 +218,7 @@ def test_each_roles_client_gets_its_timeout_the_local_model_a_slow_cpus(tmp_path
     skill, bundle = make_inputs(tmp_path)
     overrides = {**CONFIG, "judge_model": "local", "editor_timeout_s": 45, "runner": "chat"}
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), overrides))
-    services = build_services(StepContext.open(tmp_path / "store", record.key).cdir, record)
+    services = build_services(CompileHandle.open(tmp_path / "store", record.key).cdir, record)
     assert (services.judge.settings.timeout_s, services.judge.settings.timeout_setting) == (900, "judge_timeout_s")
     assert (services.editor.settings.timeout_s, services.editor.settings.timeout_setting) == (45, "editor_timeout_s")
     agent = services.runner.model_client()

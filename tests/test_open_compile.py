@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.utils import make_new_run_id
+from deep_pipeline.runtime.dagster_private import make_new_run_id
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import WORKER_TAG, WorkerClaim
+from deep_pipeline.runtime.driver import drive_compile
+from deep_pipeline.runtime.sweep import WORKER_TAG, WorkerClaim
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.rollouts.guard import start_time
@@ -59,7 +59,7 @@ def test_opening_a_finalized_compile_sweeps_what_a_kill_left_and_writes_the_miss
     skill, bundle = make_inputs(tmp_path)
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
     instance = dagster_storage.instance()
-    drive(instance, tmp_path / "store", record.key)
+    drive_compile(instance, tmp_path / "store", record.key)
     cdir = tmp_path / "store" / record.key
     assert (cdir / "report.json").is_file()
 
@@ -81,7 +81,7 @@ def test_opening_a_finalized_compile_sweeps_what_a_kill_left_and_writes_the_miss
             "driver_pid": pid, "driver_start_time": started}))
 
         lines: list[str] = []
-        report = drive(instance, tmp_path / "store", record.key, progress=lines.append)  # a resume
+        report = drive_compile(instance, tmp_path / "store", record.key, progress=lines.append)  # a resume
         assert report.status
         assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
         assert (cdir / "report.html").is_file()

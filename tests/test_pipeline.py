@@ -13,10 +13,10 @@ import dagster as dg
 import pytest
 
 from deep_pipeline.core.keys import iteration_key
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
+from deep_pipeline.runtime.driver import drive_compile
+from deep_pipeline.runtime.register import register_with_overrides
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, World, install_world, make_inputs
@@ -31,7 +31,7 @@ def plain(tmp, world, scripted_llm, **overrides):
     skill, bundle = make_inputs(tmp / "plain")
     config = effective_config(load_deployment(), {**CONFIG, **overrides})
     record = register_compile(tmp / "plain-store", skill, bundle, config)
-    return steps.drive(StepContext.open(tmp / "plain-store", record.key), steps.run_step)
+    return steps.run_steps(CompileHandle.open(tmp / "plain-store", record.key), steps.run_step)
 
 
 def through_dagster(tmp, world, scripted_llm, instance, **overrides):
@@ -40,7 +40,7 @@ def through_dagster(tmp, world, scripted_llm, instance, **overrides):
     skill, bundle = make_inputs(tmp / "dg")
     record, new = register_with_overrides(instance, tmp / "store", skill, bundle, {**CONFIG, **overrides})
     assert new
-    return record, drive(instance, tmp / "store", record.key)
+    return record, drive_compile(instance, tmp / "store", record.key)
 
 
 def materialized(instance, asset: str | list[str], prefix: str):
@@ -102,7 +102,7 @@ def test_resume_after_finish_makes_no_new_call(env, scripted_llm, dagster_storag
     record, report = through_dagster(env, world, scripted_llm, instance)
     calls = len(scripted_llm.requests)
 
-    again = drive(instance, env / "store", record.key)
+    again = drive_compile(instance, env / "store", record.key)
     assert decisions_of(again) == decisions_of(report)
     assert len(scripted_llm.requests) == calls
 
@@ -165,7 +165,7 @@ def test_compile_folder_deleted_under_a_running_compile_fails_the_next_step_clea
         shutil.rmtree(env / "store" / record.key)
 
     with pytest.raises(StepError, match="compile folder is missing"):
-        drive(instance, env / "store", record.key, progress=delete_after_first_step)
+        drive_compile(instance, env / "store", record.key, progress=delete_after_first_step)
 
 
 def test_compile_job_carries_a_compile_to_its_end_with_nested_runs(env, scripted_llm, dagster_storage):
@@ -204,8 +204,8 @@ def test_interrupted_compile_resumes_to_the_same_end_without_repeating_calls(sto
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        drive(instance, env / "store", record.key, progress=interrupt)
-    report = drive(instance, env / "store", record.key)
+        drive_compile(instance, env / "store", record.key, progress=interrupt)
+    report = drive_compile(instance, env / "store", record.key)
     assert decisions_of(report) == decisions_of(reference)
     assert len(scripted_llm.requests) == reference_calls
 
@@ -218,7 +218,7 @@ def test_a_stored_edit_that_no_longer_validates_is_regenerated_with_fresh_downst
     install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
     skill, bundle = make_inputs(env / "in")
     record = register_compile(env / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
-    ctx = StepContext.open(env / "store", record.key)
+    ctx = CompileHandle.open(env / "store", record.key)
     steps.run_step(ctx, steps.next_step(ctx))  # inputs
     steps.run_step(ctx, steps.next_step(ctx))  # the section matrix
     it = iteration_steps.Iteration(ctx, "section", 0)
@@ -241,7 +241,7 @@ def test_an_editor_that_never_answers_in_shape_is_a_rejection_not_a_dead_compile
     skill, bundle = make_inputs(env / "in")
     config = effective_config(load_deployment(), CONFIG)
     record = register_compile(env / "store", skill, bundle, config)
-    report = steps.drive(StepContext.open(env / "store", record.key), steps.run_step)
+    report = steps.run_steps(CompileHandle.open(env / "store", record.key), steps.run_step)
     assert report.status == "completed"
     assert [d.reason for d in report.decisions][:2] == ["edit_validation_exhausted"] * 2
     edit = (env / "store" / record.key / "iterations" / "section-i00" / "edit.json").read_text()
@@ -253,7 +253,7 @@ def test_a_resource_key_reaches_the_model_and_nothing_on_disk(env, scripted_llm)
     install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
     skill, bundle = make_inputs(env / "in")
     record = register_compile(env / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
-    report = steps.drive(StepContext.open(env / "store", record.key, api_keys={"scripted": secret}), steps.run_step)
+    report = steps.run_steps(CompileHandle.open(env / "store", record.key, api_keys={"scripted": secret}), steps.run_step)
     assert report.decisions and all(r.api_key == secret for r in scripted_llm.requests)
     leaked = [p for p in (env / "store").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert leaked == []

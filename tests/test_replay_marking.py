@@ -8,9 +8,9 @@ import json
 
 import dagster as dg
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.runtime.driver import drive_compile
+from deep_pipeline.runtime.register import register_with_overrides
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.report import gather, render
 from tests.compile_world import World, install_world, make_inputs
 
@@ -32,11 +32,11 @@ def test_replayed_traces_name_their_agent_and_model_and_are_marked(env, scripted
     recorded_elsewhere(bundle)
     config = {"judge_model": "scripted/judge", "editor_model": "scripted/editor", "runner": "replay", "rollouts": 2}
     record, _ = register_with_overrides(instance, env / "store", skill, bundle, config)  # agent_model: the default
-    report = drive(instance, env / "store", record.key)
+    report = drive_compile(instance, env / "store", record.key)
 
     assert (report.agent, report.agent_model) == ("gemini-cli", "gemini-2.5-pro")  # not "... (local)"
     assert "replays of recorded runs made on another SKILL.md" in report.replay and OTHER_SKILL[:12] in report.replay
-    cdir = StepContext.open(env / "store", record.key).cdir
+    cdir = CompileHandle.open(env / "store", record.key).cdir
     served = cdir.traces("input")
     assert all(t.replay_of is not None and t.replay_of.skill_sha256 == OTHER_SKILL for t in served)
     assert [t.replay_of.trace_id for t in served] == ["t0", "t1"]

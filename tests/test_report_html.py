@@ -19,10 +19,10 @@ import pytest
 from deep_pipeline.cli import main
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.records import Report
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.engine.steps import drive, run_step
+from deep_pipeline.engine.steps import run_steps, run_step
 from deep_pipeline.report import gather, render, write_html_report
 from deep_pipeline.store import read_model
 from tests.browser import chromium, chromium_binary
@@ -79,8 +79,8 @@ def descended(tmp_path_factory) -> CompileDir:
         install_world(provider, descent_world())
         skill, bundle = quoting_inputs(tmp)
         record = register_compile(tmp / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
-        ctx = StepContext.open(tmp / "store", record.key)
-        drive(ctx, run_step)
+        ctx = CompileHandle.open(tmp / "store", record.key)
+        run_steps(ctx, run_step)
     finally:
         uninstall(provider)
     return ctx.cdir
@@ -303,8 +303,8 @@ def test_report_help_names_the_default_output(capsys):
 def test_the_compile_report_asset_writes_the_page_and_links_it(tmp_path, monkeypatch, scripted_llm):
     import dagster as dg
 
-    from deep_pipeline.defs.driver import drive as dagster_drive
-    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.runtime.driver import drive_compile as dagster_drive
+    from deep_pipeline.runtime.register import register_with_overrides
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))  # where the step runs find the compile

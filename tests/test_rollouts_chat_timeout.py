@@ -9,9 +9,9 @@ from pathlib import Path
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.keys import batch_name
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.records import ComparisonRecord
-from deep_pipeline.engine.steps import drive, run_step
+from deep_pipeline.engine.steps import run_steps, run_step
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.store import read_model
 from deep_pipeline.llm.client import ModelClient, ModelSettings
@@ -77,8 +77,8 @@ def test_slow_candidates_of_a_prompt_only_compile_are_rejected_for_timeout(tmp_p
     skill, bundle = make_inputs(tmp_path)
     config = effective_config(load_deployment(), {**CONFIG, "runner": "chat", "rollout_timeout_s": 1})
     record = register_compile(tmp_path / "store", skill, bundle, config)
-    ctx = StepContext.open(tmp_path / "store", record.key)
-    report = drive(ctx, run_step)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
+    report = run_steps(ctx, run_step)
 
     assert [(str(d.coordinate), d.reason) for d in report.decisions] == [
         ("s01-when-to-use/clarity", "runtime_regressed:timeout")] * 2
@@ -111,8 +111,8 @@ def test_one_hung_agent_request_is_resent_and_changes_nothing(tmp_path, scripted
     skill, bundle = make_inputs(tmp_path)
     overrides = {**CONFIG, "runner": "chat", "rollout_timeout_s": 20, "agent_timeout_s": 0.5, "section_iterations": 1}
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), overrides))
-    ctx = StepContext.open(tmp_path / "store", record.key)
-    drive(ctx, run_step)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
+    run_steps(ctx, run_step)
     traces = ctx.cdir.traces("input")
     assert [(t.error_category, t.final_output) for t in traces] == [(None, "- shipped the parser")] * 2
     requests = scripted_llm.requests_for("agent")

@@ -12,8 +12,8 @@ import getpass
 
 import dagster as dg
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
+from deep_pipeline.runtime.driver import drive_compile
+from deep_pipeline.runtime.register import register_with_overrides
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 
 # `dagster-webserver -m deep_pipeline.definitions` (and workspace.yaml) name the location so
@@ -32,7 +32,7 @@ def test_cli_driver_runs_have_the_location_origin_and_the_driver(env, scripted_l
     instance = dg.DagsterInstance.ephemeral()
     skill, bundle = make_inputs(env / "dg")
     record, _ = register_with_overrides(instance, env / "store", skill, bundle, dict(CONFIG))
-    drive(instance, env / "store", record.key)
+    drive_compile(instance, env / "store", record.key)
 
     runs = instance.get_runs()
     assert {r.job_name for r in runs} == STEP_JOBS

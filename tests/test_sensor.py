@@ -12,7 +12,7 @@ from deep_pipeline.core.actions import ScoreLevel
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.defs.sensors import compile_loop_sensor
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.steps import next_step, run_step
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, World, install_world, make_inputs
@@ -26,7 +26,7 @@ def setup(tmp_path, scripted_llm, dagster_storage):
         record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
         instance = dagster_storage.instance()
         instance.add_dynamic_partitions("compiles", [record.key])
-        return instance, record, StepContext.open(tmp_path / "store", record.key)
+        return instance, record, CompileHandle.open(tmp_path / "store", record.key)
 
     return make, tmp_path
 
@@ -124,7 +124,7 @@ def test_deleted_compile_folder_is_skipped_with_a_warning(setup):
 
 
 def test_a_compile_locked_by_a_driver_is_retried_on_later_ticks(setup):
-    from deep_pipeline.defs.launcher import driver_lock
+    from deep_pipeline.runtime.driver import driver_lock
 
     make, tmp = setup
     instance, record, ctx = make(World())
@@ -145,7 +145,7 @@ def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup, d
 
     import socket
 
-    from deep_pipeline.defs.launcher import WORKER_TAG, WorkerClaim, process_tags
+    from deep_pipeline.runtime.sweep import WORKER_TAG, WorkerClaim, process_tags
 
     make, tmp = setup
     make(World())
@@ -180,8 +180,8 @@ def test_a_compile_whose_last_step_failed_is_not_relaunched_when_the_sensor_star
                                                                                      monkeypatch):
     # issue 21 item 19: a CLI compile failed (the judge refuses the key); `make ui` starts the sensor afresh
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
-    from deep_pipeline.defs.driver import drive
-    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.runtime.driver import drive_compile
+    from deep_pipeline.runtime.register import register_with_overrides
     from deep_pipeline.errors import StepError
     from tests.scripted_llm import auth_error
 
@@ -190,7 +190,7 @@ def test_a_compile_whose_last_step_failed_is_not_relaunched_when_the_sensor_star
     skill, bundle = make_inputs(tmp_path)
     record, _ = register_with_overrides(instance, tmp_path / "store", skill, bundle, dict(CONFIG))
     with pytest.raises(StepError):
-        drive(instance, tmp_path / "store", record.key)
+        drive_compile(instance, tmp_path / "store", record.key)
     [failed] = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
 
     result, _ = tick(instance, tmp_path / "store")  # no cursor: the first tick after `dagster dev` starts
@@ -205,8 +205,8 @@ def test_a_failed_cli_step_run_is_not_left_for_the_daemons_run_retry(tmp_path, s
     # daemon of the next `make ui` launched it again; the CLI's user resumes, the daemon does not
     from dagster._core.storage.tags import WILL_RETRY_TAG
 
-    from deep_pipeline.defs.driver import drive
-    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.runtime.driver import drive_compile
+    from deep_pipeline.runtime.register import register_with_overrides
     from deep_pipeline.errors import StepError
     from tests.scripted_llm import auth_error
 
@@ -218,7 +218,7 @@ def test_a_failed_cli_step_run_is_not_left_for_the_daemons_run_retry(tmp_path, s
         skill, bundle = make_inputs(tmp_path)
         record, _ = register_with_overrides(instance, tmp_path / "store", skill, bundle, dict(CONFIG))
         with pytest.raises(StepError):
-            drive(instance, tmp_path / "store", record.key)
+            drive_compile(instance, tmp_path / "store", record.key)
         [failed] = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
         assert failed.tags.get(WILL_RETRY_TAG) == "false"
     finally:

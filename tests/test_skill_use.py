@@ -165,9 +165,9 @@ AGENT = Path(__file__).parent / "agents" / "skill_reader_agent.py"
 
 def _compile(tmp: Path, scripted_llm, mode: str):
     from deep_pipeline.engine.compiles import register_compile
-    from deep_pipeline.engine.context import StepContext
+    from deep_pipeline.engine.context import CompileHandle
     from deep_pipeline.engine.settings import effective_config, load_deployment
-    from deep_pipeline.engine.steps import drive, run_step
+    from deep_pipeline.engine.steps import run_steps, run_step
     from tests.compile_world import CONFIG, World, install_world, make_inputs
 
     install_world(scripted_llm, World(low={("s01-when-to-use", "clarity"): 2}))
@@ -176,8 +176,8 @@ def _compile(tmp: Path, scripted_llm, mode: str):
     config = effective_config(load_deployment(), {
         **CONFIG, "runner": "command", "agent_command": command, "agent_output_format": "jsonl"})
     record = register_compile(tmp / "store", skill, bundle, config)
-    ctx = StepContext.open(tmp / "store", record.key)
-    return ctx, drive(ctx, run_step)
+    ctx = CompileHandle.open(tmp / "store", record.key)
+    return ctx, run_steps(ctx, run_step)
 
 
 def test_the_share_lands_in_rollouts_json_and_the_report_and_changes_no_decision(tmp_path, scripted_llm):
@@ -204,8 +204,8 @@ def test_the_share_lands_in_rollouts_json_and_the_report_and_changes_no_decision
 def test_dagster_metadata_shows_the_share_and_warns_when_no_rollout_read_the_skill(tmp_path, monkeypatch, scripted_llm):
     import dagster as dg
 
-    from deep_pipeline.defs.driver import drive
-    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.runtime.driver import drive_compile
+    from deep_pipeline.runtime.register import register_with_overrides
     from tests.compile_world import CONFIG, World, install_world, make_inputs
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
@@ -217,7 +217,7 @@ def test_dagster_metadata_shows_the_share_and_warns_when_no_rollout_read_the_ski
     instance = dg.DagsterInstance.ephemeral()
     record, _ = register_with_overrides(instance, tmp_path / "store", skill, bundle, {
         **CONFIG, "runner": "command", "agent_command": command, "agent_output_format": "jsonl"})
-    drive(instance, tmp_path / "store", record.key)
+    drive_compile(instance, tmp_path / "store", record.key)
 
     def first(asset: str) -> dict:
         found = instance.fetch_materializations(dg.AssetKey(asset), limit=100, ascending=True).records

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, make_inputs
 from tests.served_world import KillPoint, one_edit_world, reference, served_compile
@@ -25,10 +25,10 @@ from tests.served_world import KillPoint, one_edit_world, reference, served_comp
 REPO = Path(__file__).resolve().parents[1]
 
 
-def registered(tmp_path: Path, overrides: dict = CONFIG) -> StepContext:
+def registered(tmp_path: Path, overrides: dict = CONFIG) -> CompileHandle:
     skill, bundle = make_inputs(tmp_path)
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), overrides))
-    return StepContext.open(tmp_path / "store", record.key)
+    return CompileHandle.open(tmp_path / "store", record.key)
 
 
 def hold(path: Path, mode: int, seconds: float) -> threading.Event:
@@ -47,7 +47,7 @@ def hold(path: Path, mode: int, seconds: float) -> threading.Event:
 
 
 def test_a_driver_starting_while_the_sensor_probes_its_lock_waits_instead_of_refusing(tmp_path, scripted_llm):
-    from deep_pipeline.defs.launcher import driver_lock
+    from deep_pipeline.runtime.driver import driver_lock
     from deep_pipeline.defs.sensors import _driven_elsewhere
 
     ctx = registered(tmp_path)
@@ -108,7 +108,7 @@ def test_a_cli_compile_started_while_a_daemon_run_of_it_is_in_flight_ends_as_one
         monkeypatch.delenv("DEEP_PIPELINE_STORE", raising=False)
         record = register_compile(home / "compiles", served.skill, served.bundle,
                                   effective_config(load_deployment(), served.config))
-        ctx = StepContext.open(home / "compiles", record.key)
+        ctx = CompileHandle.open(home / "compiles", record.key)
         run_step(ctx, next_step(ctx))  # the inputs (replayed: no model call)
         gate.arm("judge")
         daemon_run = subprocess.Popen([sys.executable, "-c", DAEMON_RUN, record.key], cwd=REPO, env=dict(os.environ),

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from deep_pipeline.defs.partitions import PARTITION_SET
 from deep_pipeline.core.keys import iteration_key, matrix_key
 from deep_pipeline.engine.compiles import register_compile
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.iteration_steps import Iteration, decision_step
 from deep_pipeline.engine.records import ComparisonRecord, EditRecord
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.engine.steps import Step, drive, next_step, run_step
+from deep_pipeline.engine.steps import Step, run_steps, next_step, run_step
 from deep_pipeline.errors import StepError
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 
@@ -19,36 +20,37 @@ WORLD = dict(low={("s02-steps", "clarity"): 2, ("s03-output", "concision"): 3},
              compare={("s03-output", "concision"): (3, 3)})
 
 
-def registered(tmp_path, scripted_llm) -> StepContext:
+def registered(tmp_path, scripted_llm) -> CompileHandle:
     install_world(scripted_llm, World(**WORLD))
     skill, bundle = make_inputs(tmp_path)
     record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
-    return StepContext.open(tmp_path / "store", record.key)
+    return CompileHandle.open(tmp_path / "store", record.key)
 
 
 def test_the_loop_runs_the_table_in_pipeline_order_and_each_iteration_records_its_matrix(tmp_path, scripted_llm):
     ctx = registered(tmp_path, scripted_llm)
     seen: list[Step] = []
 
-    def execute(ctx: StepContext, step: Step) -> None:
+    def execute(ctx: CompileHandle, step: Step) -> None:
         seen.append(step)
         run_step(ctx, step)
 
-    report = drive(ctx, execute)
+    report = run_steps(ctx, execute)
     key = ctx.cdir.key
     kinds = [s.kind for s in seen]
     assert kinds[:2] == ["inputs", "matrix"] and kinds[-1] == "finalize"
-    assert [s.partition_set for s in seen[:3]] == ["compiles", "matrices", "iterations"]
+    assert [PARTITION_SET[s.kind] for s in seen[:3]] == ["compiles", "matrices", "iterations"]
     assert len({s.run_key for s in seen}) == len(seen)  # one run key per step, never reused
     iterations = [s for s in seen if s.kind == "iteration"]
     assert len(iterations) == len(report.decisions)
     for step in iterations:
         edit = Iteration(ctx, step.action.level, step.action.index).load("edit.json", EditRecord)
         assert step.partition_key == iteration_key(key, step.action.level, step.action.index)
-        assert edit.matrix_key == step.matrix_key  # what the step said is what the record keeps
     # After the first accept the level refreshes: later iterations select from m01, not m00.
-    assert iterations[0].matrix_key == matrix_key(key, "section", 0)
-    assert iterations[-1].matrix_key == matrix_key(key, "section", 1)
+    selected_from = [Iteration(ctx, s.action.level, s.action.index).load("edit.json", EditRecord).matrix_key
+                     for s in iterations]
+    assert selected_from[0] == matrix_key(key, "section", 0)
+    assert selected_from[-1] == matrix_key(key, "section", 1)
     assert next_step(ctx) is None
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dagster as dg
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
-from deep_pipeline.engine import steps
+from deep_pipeline.runtime.driver import drive_compile
+from deep_pipeline.runtime.register import register_with_overrides
+from deep_pipeline.defs.partitions import COMPILES
 from tests.compile_world import CONFIG, World, install_world, make_inputs
 
 
@@ -36,7 +36,7 @@ def test_timeline_has_a_row_per_step_after_every_step(env, scripted_llm):
         latest = observations(instance, record.key)[-1]
         seen.append((len(observations(instance, record.key)), table_rows(latest), latest.metadata))
 
-    report = drive(instance, env / "store", record.key, progress=after_step)
+    report = drive_compile(instance, env / "store", record.key, progress=after_step)
 
     # one observation per step (the matrix step's columns log none), each with one row more
     assert [count for count, _, _ in seen] == list(range(1, len(seen) + 1))
@@ -63,4 +63,4 @@ def test_timeline_is_declared_per_compile(env):
     from deep_pipeline.definitions import defs
 
     spec = defs.resolve_asset_graph().get(dg.AssetKey("compile_timeline"))
-    assert spec.partitions_def.name == steps.COMPILES and not spec.is_materializable
+    assert spec.partitions_def.name == COMPILES and not spec.is_materializable

@@ -27,8 +27,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import register_with_overrides
+from deep_pipeline.runtime.driver import drive_compile
+from deep_pipeline.runtime.register import register_with_overrides
 from deep_pipeline.defs.pages import asset_url
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import EditRecord
@@ -92,7 +92,7 @@ def compile_on_disk(tmp: Path, home: Path, store: Path) -> tuple[CompileDir, str
         with dg.DagsterInstance.from_config(str(home)) as instance:
             record, _ = register_with_overrides(instance, store, skill, bundle,
                                                 {**CONFIG, "runner": "chat", "section_iterations": 3})
-            drive(instance, store, record.key)
+            drive_compile(instance, store, record.key)
             found = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("decision")), limit=100)
             decisions = {r.asset_materialization.partition: {k: v.value for k, v in r.asset_materialization.metadata.items()}
                          for r in found.records}

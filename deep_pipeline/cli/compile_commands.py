@@ -95,14 +95,13 @@ def _instance():
     Several compiles started at once on a new home would otherwise all create and stamp
     the SQLite schemas (seen: `UNIQUE constraint failed: alembic_version.version_num`).
     """
-    import fcntl
-
     import dagster as dg
+
+    from deep_pipeline.locks import file_lock
 
     home = _home()
     logging.getLogger().addFilter(_no_connection_retries)  # added once however often we get here
-    with open(home / ".setup.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(home / ".setup.lock"):
         instance = dg.DagsterInstance.get()
         instance.get_runs(limit=1)  # storages are created lazily: make them now, under the lock
     return instance
@@ -136,7 +135,7 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from deep_pipeline.defs.launcher import register_with_overrides
+    from deep_pipeline.runtime.register import register_with_overrides
     from deep_pipeline.engine.compiles import check_inputs
     from deep_pipeline.engine.settings import effective_config, load_deployment
 
@@ -148,7 +147,7 @@ def _compile(args: argparse.Namespace) -> int:
     instance = _instance()
     record, new = register_with_overrides(instance, root, args.skill_dir, args.task, overrides, origin, announce=False)
     _say(args, f"{'registered' if new else 'resuming'} compile {record.key} in {root / record.key}")
-    return _drive(args, instance, root, record.key)
+    return _drive_here(args, instance, root, record.key)
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -162,18 +161,19 @@ def _resume(args: argparse.Namespace) -> int:
         resume_settings(cdir, read_config_file(args.config), str(args.config))
     root = _writable_store()
     instance = _instance()
-    return _drive(args, instance, root, args.compile_key)
+    return _drive_here(args, instance, root, args.compile_key)
 
 
-def _drive(args, instance, root: Path, key: str) -> int:
-    from deep_pipeline.defs.driver import drive
+def _drive_here(args, instance, root: Path, key: str) -> int:
+    from deep_pipeline.llm.accounting import cost_text
+    from deep_pipeline.runtime.driver import drive_compile
 
     with _live_lines(args):
-        report = drive(instance, root, key, progress=None if args.quiet else (lambda line: _say(args, line)))
+        report = drive_compile(instance, root, key, progress=None if args.quiet else (lambda line: _say(args, line)))
     if getattr(args, "json", False):
         print(json.dumps(_outcome(report, root, key)))
         return 0
-    cost = f"${report.usage_total.cost_usd:.4f}" if report.usage_total.cost_usd is not None else "unknown cost"
+    cost = cost_text(report.usage_total.cost_usd, "unknown cost")
     stops = ", ".join(f"{lv.level}: {lv.stop_reason}" for lv in report.levels)
     print(f"{key}: {report.status} ({stops}); {len(report.decisions)} iterations, "
           f"{sum(d.accepted for d in report.decisions)} accepted; {report.usage_total.calls} model calls, {cost}")
@@ -212,17 +212,17 @@ def _dagster_command() -> str:
 
 def _status(args: argparse.Namespace) -> int:
     from deep_pipeline.engine.compiles import find_compile, list_compiles
-    from deep_pipeline.engine.context import StepContext
+    from deep_pipeline.engine.context import CompileHandle
     from deep_pipeline.engine.status import compile_status, failure_line, format_status
 
     _home(create=False)  # status only reads: it creates neither the home nor an instance
     root = homes.store_root()
     if args.compile_key:
         find_compile(root, args.compile_key)
-        status = compile_status(StepContext.open(root, args.compile_key))
+        status = compile_status(CompileHandle.open(root, args.compile_key))
         print(status.model_dump_json(indent=2) if args.json else format_status(status))
         return 0
-    statuses = [compile_status(StepContext.open(root, r.key)) for r in list_compiles(root)]
+    statuses = [compile_status(CompileHandle.open(root, r.key)) for r in list_compiles(root)]
     if args.json:
         print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
         return 0

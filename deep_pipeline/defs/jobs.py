@@ -1,6 +1,6 @@
 """The step jobs: one per kind of engine step (`start_compile`, `compile` and `start_batch` are in ops.py).
 
-Each asset job runs one kind of engine step, named by its `deep/step` tag (defs/step_runs.py).
+Each asset job runs one kind of engine step, named by its `deep/step` tag (runtime/tags.py).
 The asset jobs (partitioned as their assets are) use the in-process executor: an iteration is a sequence of five steps
 and the multiprocess executor costs ~3 s per step here (DESIGN "Facts measured here").
 """
@@ -18,7 +18,7 @@ from deep_pipeline.defs.assets.iteration import (
     decision,
 )
 from deep_pipeline.defs.assets.output import compile_report, final_skill
-from deep_pipeline.defs.step_runs import STEP_TAG
+from deep_pipeline.runtime.tags import STEP_TAG
 
 prepare_inputs_job = dg.define_asset_job(
     "prepare_inputs", selection=[input_traces], executor_def=dg.in_process_executor, tags={STEP_TAG: "inputs"},

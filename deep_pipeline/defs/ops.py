@@ -1,6 +1,6 @@
 """The non-asset jobs and their ops: start a compile, carry one to its end, start a batch.
 
-They sit here rather than in jobs.py because `compile` drives the step jobs (defs/driver.py
+They sit here rather than in jobs.py because `compile` drives the step jobs (runtime/driver.py
 imports them): beside the step jobs they would import themselves.
 """
 
@@ -11,8 +11,9 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from deep_pipeline.defs.driver import drive
-from deep_pipeline.defs.launcher import process_tags, register_batch, register_with_overrides
+from deep_pipeline.runtime.driver import drive_compile
+from deep_pipeline.runtime.register import register_batch, register_with_overrides
+from deep_pipeline.runtime.sweep import process_tags
 from deep_pipeline.defs.resources import CompileDefaultsResource, CompileStoreResource
 
 
@@ -48,7 +49,7 @@ def compile_op(context: dg.OpExecutionContext, config: CompileRequest, store: Co
     # This run drives the compile: a kill -9 of its process is noticed by the next driver too.
     context.instance.add_run_tags(context.run_id, process_tags(context.run_id))
     record = _register(context, config, store, defaults, announce=False)
-    report = drive(context.instance, store.root_path(), record.key, progress=context.log.info, parent=context.run)
+    report = drive_compile(context.instance, store.root_path(), record.key, progress=context.log.info, parent=context.run)
     context.log.info(f"{record.key}: {report.status}; S_final at {report.final_skill_dir}")
     return record.key
 

@@ -6,7 +6,12 @@ Keys: `compiles` = `<skill>-<6 hex>`; `matrices` = `<compile>/<level>/m<NN>`;
 
 import dagster as dg
 
-from deep_pipeline.engine.steps import COMPILES, ITERATIONS, MATRICES
+from deep_pipeline.core.actions import StepKind
+
+COMPILES, MATRICES, ITERATIONS = "compiles", "matrices", "iterations"
+# The partition set each kind of step is keyed in: known here only (the engine names no set).
+PARTITION_SET: dict[StepKind, str] = {"inputs": COMPILES, "matrix": MATRICES, "iteration": ITERATIONS,
+                                      "finalize": COMPILES}
 
 compiles_partitions = dg.DynamicPartitionsDefinition(name=COMPILES)
 matrices_partitions = dg.DynamicPartitionsDefinition(name=MATRICES)

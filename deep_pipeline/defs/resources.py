@@ -8,8 +8,8 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
-from deep_pipeline.defs.step_runs import DRIVER_TAG
-from deep_pipeline.engine.context import CompileNotInStore, StepContext
+from deep_pipeline.runtime.tags import DRIVER_TAG
+from deep_pipeline.engine.context import CompileNotInStore, CompileHandle
 from deep_pipeline.home import dagster_home, store_root
 from deep_pipeline.llm.transport import WORKER_VARIABLE
 from deep_pipeline.secrets import PROVIDER_VARIABLES
@@ -75,9 +75,9 @@ class CompileStoreResource(dg.ConfigurableResource):
     def root_path(self) -> Path:
         return Path(self.root).resolve() if self.root else store_root()
 
-    def context(self, compile_key: str) -> StepContext:
+    def context(self, compile_key: str) -> CompileHandle:
         try:
-            return StepContext.open(self.root_path(), compile_key, replay=self.replay, api_keys=self.provider_keys.by_provider() if self.provider_keys else None,
+            return CompileHandle.open(self.root_path(), compile_key, replay=self.replay, api_keys=self.provider_keys.by_provider() if self.provider_keys else None,
                                      transport=self.transport())
         except CompileNotInStore as exc:
             raise StoreNotShared(str(exc)) from None

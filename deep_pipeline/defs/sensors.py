@@ -14,11 +14,13 @@ import dagster as dg
 
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.jobs import ASSET_JOBS
-from deep_pipeline.defs.launcher import driven_elsewhere, release_dead_runs
-from deep_pipeline.defs.step_runs import job_name, run_tags
-from deep_pipeline.engine.steps import COMPILES, next_step
+from deep_pipeline.runtime.driver import driven_elsewhere
+from deep_pipeline.runtime.sweep import release_dead_runs
+from deep_pipeline.runtime.tags import job_name, run_tags
+from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET
+from deep_pipeline.engine.steps import next_step
 from deep_pipeline.defs.resources import CompileStoreResource
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure
 from deep_pipeline.engine.status import failure_line
 from deep_pipeline.errors import InputError, StepError
@@ -61,19 +63,19 @@ def touched_compiles(instance: dg.DagsterInstance, cursor: dict) -> set[str]:
     return touched | new | set(cursor["pending"])
 
 
-def requests_for(ctx: StepContext) -> tuple[dg.RunRequest | None, dg.AddDynamicPartitionsRequest | None]:
+def requests_for(ctx: CompileHandle) -> tuple[dg.RunRequest | None, dg.AddDynamicPartitionsRequest | None]:
     step = next_step(ctx)
     if step is None:
         return None, None
     run = dg.RunRequest(run_key=step.run_key, job_name=job_name(ASSET_JOBS, step), partition_key=step.partition_key,
                         tags=run_tags(ctx.cdir.key))
     add = None
-    if step.partition_set != COMPILES:
-        add = dg.AddDynamicPartitionsRequest(partitions_def_name=step.partition_set, partition_keys=[step.partition_key])
+    if PARTITION_SET[step.kind] != COMPILES:
+        add = dg.AddDynamicPartitionsRequest(partitions_def_name=PARTITION_SET[step.kind], partition_keys=[step.partition_key])
     return run, add
 
 
-def _driven_elsewhere(ctx: StepContext) -> bool:
+def _driven_elsewhere(ctx: CompileHandle) -> bool:
     """A CLI driver or a `compile` job holds the compile's lock: leave it alone.
 
     Only a look (a shared lock, let go at once): a probe must never make a driver fail.

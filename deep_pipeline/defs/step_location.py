@@ -1,7 +1,7 @@
 """The definitions the step jobs run with: every asset, its checks, the step jobs, the evaluation job and the resources.
 
 definitions.py merges these with the op jobs, the sensor and the schedule; the drivers
-(defs/driver.py) execute step jobs from here, so the `compile` op never imports the
+(runtime/driver.py) execute step jobs from here, so the `compile` op never imports the
 code location it belongs to.
 """
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import socket
 import sys
 import threading
@@ -21,6 +20,7 @@ from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.engine.services import Services, build_services
 from deep_pipeline.errors import StepError
+from deep_pipeline.locks import file_lock
 from deep_pipeline.store import remove_orphaned_temps
 
 # The step locks this thread holds: a step inside a step (a helper that also locks)
@@ -44,7 +44,9 @@ def missing_compile_line(root: Path, key: str) -> str:
 
 
 @dataclass
-class StepContext:
+class CompileHandle:
+    """A handle on one compile: its folder, record, services, step lock and outlook (what every step starts from)."""
+
     cdir: CompileDir
     replay: bool = False
     api_keys: dict[str, str] = field(default_factory=dict, repr=False)
@@ -54,7 +56,7 @@ class StepContext:
 
     @classmethod
     def open(cls, root: Path, key: str, *, services: Services | None = None, replay: bool = False,
-             api_keys: dict[str, str] | None = None, transport=None) -> "StepContext":
+             api_keys: dict[str, str] | None = None, transport=None) -> "CompileHandle":
         cdir = CompileDir(root, key)
         if not cdir.exists():  # the first touch of the folder: the one place a non-shared store shows
             raise CompileNotInStore(missing_compile_line(cdir.root, key))
@@ -102,15 +104,13 @@ class StepContext:
         if path in held:
             yield
             return
-        with open(path, "a") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                line = f"{self.cdir.path}: another step of this compile is running (a daemon run or another driver); waiting for it"
-                print(f"deep-pipeline: {line}", file=sys.stderr, flush=True)
-                if note:
-                    note(line)
-                fcntl.flock(handle, fcntl.LOCK_EX)
+        def waiting() -> None:
+            line = f"{self.cdir.path}: another step of this compile is running (a daemon run or another driver); waiting for it"
+            print(f"deep-pipeline: {line}", file=sys.stderr, flush=True)
+            if note:
+                note(line)
+
+        with file_lock(path, on_wait=waiting):
             held.add(path)
             try:
                 packages = (self.cdir.input_skill, self.cdir.final_skill, *self.cdir.path.glob("iterations/*/candidate"))

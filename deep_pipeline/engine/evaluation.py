@@ -24,7 +24,6 @@ The evaluation's model calls go to its own log, never to the compile's budget.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace
 from deep_pipeline.core.stats import Interval, newcombe_difference, wilson
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import CompileRecord, Report
+from deep_pipeline.locks import file_lock
 from deep_pipeline.errors import InputError, StepError, one_line
 from deep_pipeline.rollouts.verifier import (
     DEFAULT_VERIFIER_TIMEOUT_S,
@@ -45,6 +45,7 @@ from deep_pipeline.rollouts.verifier import (
     run_verifier,
 )
 from deep_pipeline.store import atomic_write_json, read_model
+from deep_pipeline.llm.accounting import cost_text
 
 DEFAULT_ROLLOUTS = 5
 Side = Literal["fast", "final"]
@@ -158,10 +159,7 @@ def evaluate(
 @contextlib.contextmanager
 def _evaluation_lock(cdir: CompileDir) -> Iterator[None]:
     """One evaluation of a compile at a time: two would race for `<n>` and for the same rollouts."""
-    folder = evaluations_dir(cdir)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with file_lock(evaluations_dir(cdir) / "lock"):
         yield
 
 
@@ -183,27 +181,22 @@ def evaluation_runner(cdir: CompileDir, record: CompileRecord, folder: Path, api
     Not engine/services.build_services: that one logs into the compile's calls.jsonl,
     which the compile's history and budget read; an evaluation must stay out of both.
     """
-    from deep_pipeline.engine.services import role_key_settings
+    from deep_pipeline.engine.services import agent_model_settings
     from deep_pipeline.home import dagster_home
-    from deep_pipeline.llm.client import ModelClient, ModelSettings
+    from deep_pipeline.llm.client import ModelClient
     from deep_pipeline.rollouts import make_runner
 
     config = record.config
     limiter = threading.BoundedSemaphore(config.parallel)
     home = dagster_home()
-    keys = role_key_settings(config, "agent", api_keys)
-    settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,
-                             max_tokens=config.agent_max_tokens, timeout_s=config.rollout_timeout_s,
-                             temperature=config.agent_temperature, **keys)
+    settings = agent_model_settings(config, api_keys, timeout_s=config.rollout_timeout_s)
 
     def agent_client() -> ModelClient:
         return ModelClient(settings, "agent", cache_dir=folder / "llm" / "cache",
                            calls_log=folder / "llm" / "calls.jsonl", limiter=limiter, local_home=home)
 
     # As build_services gives it to subprocess agents (their own timeout is the rollout's).
-    process_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,
-                                     max_tokens=config.agent_max_tokens, temperature=config.agent_temperature, **keys)
-    return make_runner(config, model_client=agent_client, agent_settings=process_settings,
+    return make_runner(config, model_client=agent_client, agent_settings=agent_model_settings(config, api_keys),
                        local_home=home, agents_dir=folder / "agents")
 
 
@@ -288,6 +281,6 @@ def format_result(result: EvaluationResult) -> str:
                      f"[{pct(side.interval.low)}, {pct(side.interval.high)}]")
     d, di = result.difference, result.difference_interval
     lines.append(f"{'final - fast':<17} {100 * d:>+5.0f} pts  [{100 * di.low:+.0f}, {100 * di.high:+.0f}] (Newcombe)")
-    cost = f"${result.cost_usd:.4f}" if result.cost_usd is not None else "cost unknown"
+    cost = cost_text(result.cost_usd)
     lines.append(f"rollouts: {result.prompt_tokens + result.completion_tokens} tokens, {cost}; records: {result.folder}")
     return "\n".join(lines)

@@ -8,7 +8,7 @@ step that ends removes it. It is no step's output: the history never reads it.
 
 Written by the step itself (asset_step: daemon and CLI runs alike) and by the CLI driver
 (which also sees runs that failed before a step body ran). A worker killed outright writes
-nothing; the sweep marks its run failed in Dagster (defs/launcher.release_dead_runs).
+nothing; the sweep marks its run failed in Dagster (runtime/sweep.release_dead_runs).
 """
 
 from __future__ import annotations

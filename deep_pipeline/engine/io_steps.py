@@ -8,7 +8,7 @@ from typing import NamedTuple
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Decision, Trace
 from deep_pipeline.core.skill_use import IterationSkillUse, share
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.live import LIVE, heartbeat
 from deep_pipeline.engine.records import CompileRecord, Report, RolloutsRecord, TraceBatchRecord
 from deep_pipeline.errors import StepError, one_line
@@ -54,7 +54,7 @@ def usable_bundle_traces(record: CompileRecord, traces: list[Trace]) -> bool:
     return True
 
 
-def roll_out(ctx: StepContext, package_dir, skill_sha256: str, batch: str) -> list[Trace]:
+def roll_out(ctx: CompileHandle, package_dir, skill_sha256: str, batch: str) -> list[Trace]:
     """`rollouts` runs of a package, each trace stored the moment it ends.
 
     A run that crashed part-way left some traces behind: those are kept, not run again
@@ -103,7 +103,7 @@ def roll_out(ctx: StepContext, package_dir, skill_sha256: str, batch: str) -> li
     return traces
 
 
-def input_step(ctx: StepContext) -> TraceBatchRecord | None:
+def input_step(ctx: CompileHandle) -> TraceBatchRecord | None:
     """The incumbent's traces; None when the budget ran out first (the compile then finalizes)."""
     cdir = ctx.cdir
     if cdir.has_batch(INPUT_BATCH):
@@ -137,7 +137,7 @@ class FinalSkill(NamedTuple):
     skill_sha256: str
 
 
-def final_skill_step(ctx: StepContext) -> FinalSkill:
+def final_skill_step(ctx: CompileHandle) -> FinalSkill:
     """Write S_final: S_fast's package with the current SKILL.md (SPEC §8)."""
     cdir = ctx.cdir
     if cdir.report_path.is_file():
@@ -149,7 +149,7 @@ def final_skill_step(ctx: StepContext) -> FinalSkill:
     return FinalSkill(action.status, cdir.final_skill, package_hash(cdir.final_skill), sha256_text(final_text))
 
 
-def report_step(ctx: StepContext) -> Report:
+def report_step(ctx: CompileHandle) -> Report:
     """Write report.json from the history and the S_final on disk (SPEC §8): the compile's end.
 
     No fresh rollouts are made for the report.
@@ -222,7 +222,7 @@ def skill_use_by_iteration(cdir, events) -> list[IterationSkillUse]:
     return shares
 
 
-def finalize_step(ctx: StepContext) -> Report:
+def finalize_step(ctx: CompileHandle) -> Report:
     """S_final, then report.json: the two assets of the finalize job, in one call."""
     final_skill_step(ctx)
     return report_step(ctx)

@@ -26,7 +26,7 @@ from deep_pipeline.core.models import (
 from deep_pipeline.core.actions import RunIteration
 from deep_pipeline.core.skill_use import SkillUse, not_applicable_reason, skill_use
 from deep_pipeline.llm.accounting import usage_of_calls
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.io_steps import roll_out
 from deep_pipeline.engine.live import heartbeat, model_of
 from deep_pipeline.engine.records import (
@@ -52,7 +52,7 @@ SKIP_REASONS = {
 class Iteration:
     """Paths and stored records of one iteration."""
 
-    def __init__(self, ctx: StepContext, level: str, index: int):
+    def __init__(self, ctx: CompileHandle, level: str, index: int):
         self.ctx, self.level, self.index = ctx, level, index
         self.folder = ctx.cdir.iteration_dir(level, index)
         self.key = iteration_key(ctx.cdir.key, level, index)
@@ -310,7 +310,7 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
     return DecisionRecord(seq=edit.seq, decision=decision, usage=edit.usage.add(comparison.usage))
 
 
-def run_iteration(ctx: StepContext, level: str, index: int) -> Decided:
+def run_iteration(ctx: CompileHandle, level: str, index: int) -> Decided:
     it = Iteration(ctx, level, index)
     edit = edit_step(it)
     candidate = candidate_step(it, edit)

@@ -1,7 +1,7 @@
 """What happens inside a step, as it happens: a rollout ended, a column was scored.
 
 One stdlib logger. The CLI shows it on a terminal (cli/compile_commands.py); a Dagster
-run's log gets its heartbeats (defs/launcher.asset_step); nothing reads it back: the
+run's log gets its heartbeats (runtime/asset_step.py); nothing reads it back: the
 step's record stays the only result.
 
 A long wait also beats a heartbeat every HEARTBEAT_S ("column 2/5 of m00 waiting on the

@@ -12,7 +12,7 @@ from deep_pipeline.core.models import ScoreMatrix, Unit
 from deep_pipeline.core.actions import ScoreLevel
 from deep_pipeline.core.units import cut_units
 from deep_pipeline.llm.accounting import usage_of_calls
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.live import LIVE, heartbeat, model_of
 from deep_pipeline.engine.records import ColumnRecord, MatrixRecord
 from deep_pipeline.llm.accounting import Usage
@@ -36,7 +36,7 @@ class MatrixStart(BaseModel):
 class MatrixStep:
     """One matrix's folder and stored records; `begin()` fixes what it scores (plan.json)."""
 
-    def __init__(self, ctx: StepContext, level: str, index: int):
+    def __init__(self, ctx: CompileHandle, level: str, index: int):
         self.ctx = ctx
         self.folder = ctx.cdir.matrix_dir(level, index)
         self.key = matrix_key(ctx.cdir.key, level, index)
@@ -175,7 +175,7 @@ def assemble_matrix(step: MatrixStep) -> MatrixRecord:
     return record
 
 
-def run_matrix(ctx: StepContext, level: str, index: int) -> MatrixRecord:
+def run_matrix(ctx: CompileHandle, level: str, index: int) -> MatrixRecord:
     step = MatrixStep(ctx, level, index)
     for _ in score_columns(step) if step.record is None else ():
         pass

@@ -30,7 +30,7 @@ class CompileRecord(EngineRecord):
     """compile.json: a compile's identity (SPEC §2). Written last when registering.
 
     Kept small: the task's prompt and traces stay in the stored bundle (input/bundle.json);
-    a step reads the prompt from there (StepContext.task_prompt).
+    a step reads the prompt from there (CompileHandle.task_prompt).
     """
 
     key: str

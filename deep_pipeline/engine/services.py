@@ -70,6 +70,15 @@ def temperature_of(config, role: str) -> float:
     return getattr(config, f"{role}_temperature", 0.0)
 
 
+def agent_model_settings(config, api_keys: dict[str, str] | None, **extra):
+    """The agent's ModelSettings, as the compile's runner and an evaluation's both give them
+    (`extra`: e.g. an evaluation's own `timeout_s`)."""
+    from deep_pipeline.llm.client import ModelSettings
+
+    return ModelSettings(model=config.agent_model, api_base=config.agent_api_base, max_tokens=config.agent_max_tokens,
+                         temperature=config.agent_temperature, **role_key_settings(config, "agent", api_keys), **extra)
+
+
 def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = False,
                    api_keys: dict[str, str] | None = None, transport=None) -> Services:
     """`api_keys` maps a provider ("anthropic", "openai", ...) to a key a resource handed over;
@@ -102,13 +111,10 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
             transport=transport,
         )
 
-    agent_settings = ModelSettings(model=config.agent_model, api_base=config.agent_api_base,
-                                   max_tokens=config.agent_max_tokens, temperature=config.agent_temperature,
-                                   **role_key_settings(config, "agent", api_keys))
     runner = make_runner(
         config,
         model_client=lambda: client(config.agent_model, config.agent_api_base, "agent"),
-        agent_settings=agent_settings,
+        agent_settings=agent_model_settings(config, api_keys),
         replay_traces=cdir.bundle().traces if config.runner == "replay" else None,
         local_home=home,
         agents_dir=cdir.path / "agents",

@@ -15,10 +15,11 @@ from pydantic import BaseModel, Field
 from deep_pipeline.core.models import Decision, LevelSummary
 from deep_pipeline.core.actions import Done, action_label
 from deep_pipeline.core.keys import batch_name, iteration_key, iteration_label, matrix_key, parse_key
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import StepFailure, last_failure
 from deep_pipeline.core.history import History
 from deep_pipeline.llm.accounting import Usage
+from deep_pipeline.llm.accounting import cost_text
 
 
 class DecisionRow(BaseModel):
@@ -45,7 +46,7 @@ class CompileStatus(BaseModel):
     records: dict[str, str]  # what -> path
 
 
-def compile_status(ctx: StepContext) -> CompileStatus:
+def compile_status(ctx: CompileHandle) -> CompileStatus:
     outlook = ctx.look()
     state, action = outlook.state, outlook.action
     cdir = ctx.cdir
@@ -107,7 +108,7 @@ def format_status(status: CompileStatus) -> str:
             outcome = "accepted" if row.accepted else "rejected"
             lines.append(f"{row.number:>3}  {row.iteration:<14} {row.coordinate:<32} {outcome:<8} {scores:<11} {row.reason}")
     usage = status.usage
-    cost = f"${usage.cost_usd:.4f}" if usage.cost_usd is not None else "cost unknown"
+    cost = cost_text(usage.cost_usd)
     lines += ["", f"model calls: {usage.calls}, {usage.prompt_tokens + usage.completion_tokens} tokens, {cost}"]
     lines += [f"{what + ':':<12} {path}" for what, path in status.records.items()]
     return "\n".join(lines)
@@ -150,7 +151,7 @@ def _call_step(step_key: str, compile_key: str, batches: dict[str, str]) -> str 
     return None
 
 
-def timeline_rows(ctx: StepContext, history: History | None = None) -> list[TimelineRow]:
+def timeline_rows(ctx: CompileHandle, history: History | None = None) -> list[TimelineRow]:
     """Every step the compile has finished, from its records: the history the policy reads
     (pass it when the caller has it), one stat per step for its time, and the calls log once
     (never a trace)."""

@@ -1,9 +1,9 @@
 """The step table and the one loop: which step comes next, how to run it, what to print.
 
 `next_step` is the only place the policy's action becomes a `Step`; `run_step` runs one
-in this process; `summary` is the one progress line; `drive` is the only loop. The plain
-driver passes `run_step` to `drive`, the CLI and the `compile` job pass "start the job
-for this step" (defs/launcher.py), and the loop sensor turns `next_step` into run requests.
+in this process; `summary` is the one progress line; `run_steps` is the only loop. The plain
+driver passes `run_step` to `run_steps`, the CLI and the `compile` job pass "start the job
+for this step" (runtime/driver.py), and the loop sensor turns `next_step` into run requests.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from deep_pipeline.core.actions import Action, StepKind, step_of
-from deep_pipeline.core.keys import iteration_label, matrix_key, parse_key
-from deep_pipeline.llm.accounting import usage_of_calls
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.core.keys import iteration_label
+from deep_pipeline.llm.accounting import cost_text, usage_of_calls
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.io_steps import INPUT_BATCH, finalize_step, input_step
 from deep_pipeline.engine.iteration_steps import Iteration, run_iteration
 from deep_pipeline.engine.matrix_steps import run_matrix
@@ -22,24 +22,16 @@ from deep_pipeline.engine.records import DecisionRecord, Report
 from deep_pipeline.errors import StepError
 from deep_pipeline.store import read_model
 
-# The dynamic partition set each kind of step is keyed in (defs/partitions.py names them so).
-COMPILES, MATRICES, ITERATIONS = "compiles", "matrices", "iterations"
-PARTITION_SET: dict[StepKind, str] = {"inputs": COMPILES, "matrix": MATRICES, "iteration": ITERATIONS,
-                                      "finalize": COMPILES}
-
 Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class Step:
+    """A step kind with the policy's action it performs (for a matrix or an iteration, its level and index)."""
+
     kind: StepKind
     partition_key: str
     action: Action
-    matrix_key: str | None = None  # for an iteration: the matrix its cell is selected from
-
-    @property
-    def partition_set(self) -> str:
-        return PARTITION_SET[self.kind]
 
     @property
     def run_key(self) -> str:
@@ -47,23 +39,20 @@ class Step:
         return f"{self.kind}:{self.partition_key}"
 
 
-def next_step(ctx: StepContext) -> Step | None:
+def next_step(ctx: CompileHandle) -> Step | None:
     """The step the policy asks for now; None once the compile is finalized."""
     outlook = ctx.look()
     named = step_of(ctx.cdir.key, outlook.action)
     if named is None:
         return None
     kind, key = named
-    selected_from = None
-    if kind == "iteration" and (matrix := outlook.state.current_matrix) is not None:
-        selected_from = matrix_key(ctx.cdir.key, matrix.level, matrix.index)
-    return Step(kind, key, outlook.action, selected_from)
+    return Step(kind, key, outlook.action)
 
 
-def run_step(ctx: StepContext, step: Step) -> None:
+def run_step(ctx: CompileHandle, step: Step) -> None:
     """Run one step in this process, alone among the compile's steps (as each Dagster step is).
 
-    Each step checks on its own that it is the policy's next (StepContext.expect), and
+    Each step checks on its own that it is the policy's next (CompileHandle.expect), and
     only when it has no stored record to resume from.
     """
     with ctx.step_lock():
@@ -72,11 +61,10 @@ def run_step(ctx: StepContext, step: Step) -> None:
         elif step.kind == "finalize":
             finalize_step(ctx)
         else:
-            _, level, _, index = parse_key(step.partition_key)
-            (run_matrix if step.kind == "matrix" else run_iteration)(ctx, level, index)
+            (run_matrix if step.kind == "matrix" else run_iteration)(ctx, step.action.level, step.action.index)
 
 
-def drive(ctx: StepContext, execute: Callable[[StepContext, Step], None], progress: Progress | None = None,
+def run_steps(ctx: CompileHandle, execute: Callable[[CompileHandle, Step], None], progress: Progress | None = None,
           max_steps: int = 10_000) -> Report:
     """Run the compile's next step with `execute` until it is finalized; one progress line per step."""
     for _ in range(max_steps):
@@ -90,7 +78,7 @@ def drive(ctx: StepContext, execute: Callable[[StepContext, Step], None], progre
     raise StepError(f"{ctx.cdir.key}: no end after {max_steps} steps")  # a policy bug, not bad input
 
 
-def summary(ctx: StepContext, step: Step, calls_before: int = 0) -> str:
+def summary(ctx: CompileHandle, step: Step, calls_before: int = 0) -> str:
     """One progress line: what the step did and what it spent (its own calls, not the compile's)."""
     every = ctx.cdir.calls()
     calls = every[calls_before:]
@@ -99,9 +87,9 @@ def summary(ctx: StepContext, step: Step, calls_before: int = 0) -> str:
     from_cache = f", {cached} from the cache" if cached else ""
     # This step's own figures first, then the compile's so far: never a running total read as the step's.
     tail = (f"[{usage.calls} calls{from_cache}, {usage.prompt_tokens + usage.completion_tokens} tokens, "
-            f"{_cost(usage)}; compile so far: {total.calls} calls, {_cost(total)}]")
+            f"{cost_text(usage.cost_usd)}; compile so far: {total.calls} calls, {cost_text(total.cost_usd)}]")
     if step.kind == "iteration":
-        _, level, _, index = parse_key(step.partition_key)
+        level, index = step.action.level, step.action.index
         d = Iteration(ctx, level, index).load("decision.json", DecisionRecord).decision
         verdict = "accepted" if d.accepted else "rejected"
         return f"{iteration_label(level, index)}: {d.coordinate} {verdict} ({d.reason}) {tail}"
@@ -113,7 +101,3 @@ def summary(ctx: StepContext, step: Step, calls_before: int = 0) -> str:
             every = "all " if len(failed) == len(traces) else ""
             return f"inputs {step.partition_key}: {every}{len(failed)} of {len(traces)} rollouts failed ({kinds}) {tail}"
     return f"{step.kind} {step.partition_key} done {tail}"
-
-
-def _cost(usage) -> str:
-    return f"${usage.cost_usd:.4f}" if usage.cost_usd is not None else "cost unknown"

@@ -91,6 +91,11 @@ def read_calls(calls_log: Path) -> list[CallRecord]:
     return records
 
 
+def cost_text(usd: float | None, unknown: str = "cost unknown") -> str:
+    """A cost as every line and page shows it: `$0.0123`, or `unknown` when a call's cost was unknown."""
+    return f"${usd:.4f}" if usd is not None else unknown
+
+
 class Usage(BaseModel):
     """Model-call totals, as the step records store them (`usage` in column, edit, comparison,
     decision and report records): field names and defaults are part of the records on disk."""

@@ -17,7 +17,6 @@ Dagster daemon) to leave it running; `stop_local_server(home)` stops it explicit
 from __future__ import annotations
 
 import atexit
-import fcntl
 import json
 import os
 import signal
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from deep_pipeline.locks import file_lock
 from deep_pipeline.errors import StepError
 from deep_pipeline.store import atomic_write_json
 
@@ -88,7 +88,7 @@ def ensure_local_server(home: Path | None = None) -> LocalServer:
             return known  # no HTTP probe: a busy one-slot server may answer slowly
         folder = home / "local_model"
         folder.mkdir(parents=True, exist_ok=True)
-        with _file_lock(folder / "server.lock"):
+        with file_lock(folder / "server.lock"):
             server = _read_state(folder / "server.json")
             if server is None or not (_alive(server) and _answers(server, timeout=10)):
                 server = _start(folder)
@@ -106,7 +106,7 @@ def stop_local_server(home: Path | None = None) -> bool:
     """Stop the shared server recorded under `home`; True if one was running."""
     home = Path(home or default_home()).resolve()
     folder = home / "local_model"
-    with _lock, _file_lock(folder / "server.lock"):
+    with _lock, file_lock(folder / "server.lock"):
         _known.pop(home, None)
         server = _read_state(folder / "server.json")
         if server is None:
@@ -132,7 +132,7 @@ def local_slot(home: Path | None = None):
     running; callers wait here instead, in every process and thread alike (a file lock).
     """
     folder = Path(home or default_home()).resolve() / "local_model"
-    with _file_lock(folder / "slot.lock"):
+    with file_lock(folder / "slot.lock"):
         yield
 
 
@@ -190,7 +190,7 @@ def _stop_at_exit(pid: int, folder: Path) -> None:
     if process is None:
         return
     _terminate(process)
-    with _file_lock(folder / "server.lock"):
+    with file_lock(folder / "server.lock"):
         state = _read_state(folder / "server.json")
         if state is not None and state.pid == pid:
             (folder / "server.json").unlink(missing_ok=True)
@@ -265,13 +265,3 @@ def _log_tail(folder: Path, chars: int = 400) -> str:
         return "(no log)"
     return " ".join(text[-chars:].split())
 
-
-@contextmanager
-def _file_lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

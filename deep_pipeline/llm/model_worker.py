@@ -16,7 +16,6 @@ keys gets, and starts, another worker; nothing is read from a worker's stale env
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
 import os
@@ -25,12 +24,12 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from deep_pipeline.locks import file_lock
 from deep_pipeline.errors import StepError
 from deep_pipeline.llm import transport
 from deep_pipeline.llm.transport import SendRequest, SendResult
@@ -126,7 +125,7 @@ class WorkerTransport:
                 return _open(state)
             except OSError:
                 self._forget()
-        with _file_lock(self.state_path.with_suffix(".lock")):
+        with file_lock(self.state_path.with_suffix(".lock")):
             state = _read(self.state_path)
             if state is not None and _alive(state.pid):
                 try:
@@ -191,13 +190,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@contextmanager
-def _file_lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        yield
-
 
 # -- the worker side -------------------------------------------------------------------
 
@@ -251,7 +243,7 @@ def _watch(state_path: Path, me: WorkerState, activity: _Activity, idle_s: float
         if current is None or current.pid != me.pid:
             os._exit(0)
         if activity.idle_for() >= idle_s:
-            with _file_lock(state_path.with_suffix(".lock")):
+            with file_lock(state_path.with_suffix(".lock")):
                 if (_read(state_path) or me).pid == me.pid:
                     state_path.unlink(missing_ok=True)
             os._exit(0)

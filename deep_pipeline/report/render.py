@@ -16,6 +16,7 @@ from deep_pipeline.engine.records import MatrixRecord
 from deep_pipeline.report.decisions import edit_diffs, score_chart
 from deep_pipeline.report.gather import EvidenceRow, IterationView, MatrixGroup, ReportPage
 from deep_pipeline.report.style import CSS
+from deep_pipeline.llm.accounting import cost_text
 
 SECTIONS = (("matrices", "Score matrices"), ("timeline", "Decisions"), ("chart", "Scores over iterations"),
             ("edits", "Each decision's edit"), ("diff", "SKILL.md diff"),
@@ -204,7 +205,7 @@ def _evidence_row(row: EvidenceRow) -> str:
 
 
 def _cost(value: float | None) -> str:
-    return f"${value:.4f}" if value is not None else "unknown"
+    return cost_text(value, "unknown")
 
 
 def usage(page: ReportPage) -> str:

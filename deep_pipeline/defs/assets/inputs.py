@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from deep_pipeline.defs.launcher import asset_step
+from deep_pipeline.runtime.asset_step import asset_step
 from deep_pipeline.defs.metadata import agent_usage_meta, file_ref
 from deep_pipeline.defs.partitions import compiles_partitions
 from deep_pipeline.defs.resources import CompileStoreResource

@@ -13,7 +13,7 @@ import dagster as dg
 
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.core.matrix import matrix_markdown
-from deep_pipeline.defs.launcher import asset_step
+from deep_pipeline.runtime.asset_step import asset_step
 from deep_pipeline.defs.metadata import agent_usage_meta, calls_table, file_ref, skill_use_meta, unit_diff, usage_meta
 from deep_pipeline.defs.pages import TraceLookup, cell_page, decision_links, evidence_table, matrix_before, scores_table
 from deep_pipeline.defs.partitions import across_sets, iterations_partitions

@@ -13,7 +13,7 @@ import dagster as dg
 
 from deep_pipeline.core.config import Dimension
 from deep_pipeline.core.keys import parse_key
-from deep_pipeline.defs.launcher import asset_step
+from deep_pipeline.runtime.asset_step import asset_step
 from deep_pipeline.defs.metadata import file_ref, matrix_meta, usage_meta
 from deep_pipeline.defs.pages import column_table
 from deep_pipeline.defs.partitions import across_sets, matrices_partitions

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from deep_pipeline.core.keys import iteration_label
-from deep_pipeline.defs.launcher import asset_step
+from deep_pipeline.runtime.asset_step import asset_step
 from deep_pipeline.defs.metadata import file_ref, text_diff, usage_meta
 from deep_pipeline.defs.partitions import across_sets, compiles_partitions
 from deep_pipeline.defs.resources import CompileStoreResource

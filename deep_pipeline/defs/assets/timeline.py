@@ -1,4 +1,4 @@
-"""`compile_timeline`: a compile's steps so far, one row each (defs/timeline.py logs it).
+"""`compile_timeline`: a compile's steps so far, one row each (runtime/timeline.py logs it).
 
 An external asset: each step's last asset reports a materialization of it for the compile's
 partition, so its page (the latest metadata, and its history under Events) shows a running
@@ -8,7 +8,7 @@ compile's state after every step.
 import dagster as dg
 
 from deep_pipeline.defs.partitions import compiles_partitions
-from deep_pipeline.defs.timeline import TIMELINE_ASSET
+from deep_pipeline.runtime.timeline import TIMELINE_ASSET
 
 compile_timeline = dg.AssetSpec(
     TIMELINE_ASSET,

@@ -16,9 +16,10 @@ import dagster as dg
 
 from deep_pipeline.core.actions import Done, action_label
 from deep_pipeline.defs.pages import asset_url, run_url, table_text
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure
 from deep_pipeline.engine.status import TimelineRow, compile_state, failure_line, timeline_rows
+from deep_pipeline.llm.accounting import cost_text
 
 TIMELINE_ASSET = "compile_timeline"
 # The asset that ends each kind of step: the timeline is logged once per step, after it
@@ -50,14 +51,14 @@ def timeline_table(rows: list[TimelineRow]) -> str:
         scores = (f"{_num(r.incumbent_score)} → {_num(r.candidate_score)}"
                   if r.incumbent_score is not None or r.candidate_score is not None else "-")
         ended = datetime.fromtimestamp(r.ended_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if r.ended_at else "-"
-        cost = "unknown" if r.cost_usd is None else f"${r.cost_usd:.4f}"
+        cost = cost_text(r.cost_usd, "unknown")
         calls = f"{r.calls} ({r.failed_calls} failed)" if r.failed_calls else str(r.calls)
         lines.append(f"| {r.number} | {_step_link(r)} | {r.level or '-'} | {table_text(r.coordinate or '-')} | {outcome} "
                      f"| {scores} | {_num(r.delta, '+g')} | {table_text(r.reason) or '-'} | {ended} | {calls} | {cost} |")
     return "\n".join(lines)
 
 
-def timeline_event(ctx: StepContext) -> dg.AssetMaterialization:
+def timeline_event(ctx: CompileHandle) -> dg.AssetMaterialization:
     """The compile's timeline as it stands now, with where it goes next."""
     outlook = ctx.look()
     rows = timeline_rows(ctx, outlook.history)
@@ -96,5 +97,5 @@ def ends_step(context: dg.AssetExecutionContext) -> bool:
     return bool(names & set(STEP_ENDS.values()))
 
 
-def log_timeline(context: dg.AssetExecutionContext, ctx: StepContext) -> None:
+def log_timeline(context: dg.AssetExecutionContext, ctx: CompileHandle) -> None:
     context.log_event(timeline_event(ctx))

@@ -12,10 +12,8 @@ import os
 import socket
 from collections.abc import Iterable, Mapping
 
-from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
-from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
 from deep_pipeline.engine.steps import Step
+from deep_pipeline.runtime import dagster_private
 
 COMPILE_TAG = "deep/compile"
 STEP_TAG = "deep/step"
@@ -42,16 +40,14 @@ def run_tags(compile_key: str) -> dict[str, str]:
     return {COMPILE_TAG: compile_key}
 
 
-def job_origin(name: str) -> RemoteJobOrigin:
+def job_origin(name: str):
     """The origin a run of the job `name` would have if the code location's server had made it.
 
     The UI reads it (and the `.dagster/repository` tag Dagster derives from it) to list a
     run under its job's Runs tab and on the Overview timeline; without a code server we
     name the same location ourselves. Only the label (repository@location) is read back.
     """
-    target = LoadableTargetOrigin(module_name=LOCATION_NAME, working_directory=os.getcwd())
-    location = InProcessCodeLocationOrigin(loadable_target_origin=target, location_name=LOCATION_NAME)
-    return RemoteJobOrigin(repository_origin=RemoteRepositoryOrigin(location, REPOSITORY_NAME), job_name=name)
+    return dagster_private.job_origin(LOCATION_NAME, REPOSITORY_NAME, name)
 
 
 def driver_tags(parent_run_id: str | None = None, parent_tags: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,51 +1,78 @@
 """Carrying one compile to its end in this process: the CLI's `compile`/`resume` and the `compile` job.
 
-engine.steps.drive (the one loop) runs each step as "execute the job tagged with this
+engine.steps.run_steps (the one loop) runs each step as "execute the job tagged with this
 step's kind in-process against the instance": a one-shot compile shows up in the UI
 exactly like one the daemon carried, and running it again resumes where it stopped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.definitions.job_base import InMemoryJob
-from dagster._core.execution.api import execute_run
-from dagster._core.execution.execute_in_process import merge_run_tags
-from dagster._core.utils import make_new_run_id
 
-from deep_pipeline.defs.launcher import announce_compile, driver_lock, open_compile, process_tags, release_dead_runs
+from deep_pipeline.defs.partitions import PARTITION_SET
 from deep_pipeline.defs.step_location import step_defs
-from deep_pipeline.defs.step_runs import driver_tags, job_name, job_origin, run_tags
 from deep_pipeline.engine import steps
-from deep_pipeline.engine.context import StepContext
+from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure, record_failure
 from deep_pipeline.engine.records import Report
 from deep_pipeline.engine.steps import Step
-from deep_pipeline.errors import StepError, one_line
+from deep_pipeline.errors import InputError, StepError, one_line
+from deep_pipeline.locks import file_lock
+from deep_pipeline.runtime.dagster_private import execute_created_run, make_new_run_id, partition_run_tags
+from deep_pipeline.runtime.register import announce_compile
+from deep_pipeline.runtime.sweep import open_compile, process_tags, release_dead_runs
+from deep_pipeline.runtime.tags import driver_tags, job_name, job_origin, run_tags
 
 # The event log keeps every event; the terminal gets our progress lines and one error line.
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
-def drive(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable[[str], None] | None = None,
+# The loop sensor's probe holds a compile's lock for an instant: a driver starting in
+# that instant retries for this long before it says another driver has the compile.
+PROBE_WAIT_S = 3.0
+
+
+@contextlib.contextmanager
+def driver_lock(ctx: CompileHandle, wait_s: float = PROBE_WAIT_S) -> Iterator[None]:
+    """One driver per compile at a time (a second would race the first on every step)."""
+    with file_lock(ctx.cdir.lock_path, wait=float(wait_s)) as held:
+        if not held:
+            raise InputError(f"{ctx.cdir.path}: another driver is running this compile")
+        yield
+
+
+def driven_elsewhere(ctx: CompileHandle) -> bool:
+    """Whether a driver holds the compile's lock: a shared look that never waits, let go at once.
+
+    Shared, so two probes never collide; a driver they catch retries (driver_lock).
+    """
+    if not ctx.cdir.lock_path.is_file():
+        return False
+    with file_lock(ctx.cdir.lock_path, shared=True, wait=False) as held:
+        return not held  # leaving the block lets the probe's lock go
+
+
+def drive_compile(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable[[str], None] | None = None,
           max_runs: int = 10_000, parent: dg.DagsterRun | None = None) -> Report:
-    """Run the compile's next job, in this process, until it is finalized (engine.steps.drive).
+    """Run the compile's next job, in this process, until it is finalized (engine.steps.run_steps).
 
     `parent`: the `compile` run driving it; each step's run is tagged with it (else with this CLI process).
     """
-    ctx = StepContext.open(root, key)
+    ctx = CompileHandle.open(root, key)
     launched = driver_tags(parent.run_id, parent.tags) if parent else driver_tags()
     note = progress or (lambda line: None)
     repository = step_defs.get_repository_def()
     jobs = repository.get_all_jobs()
 
-    def start_job(ctx: StepContext, step: Step) -> None:
+    def start_job(ctx: CompileHandle, step: Step) -> None:
         release_dead_runs(instance, note)  # before the step claims a slot
-        if not instance.has_dynamic_partition(step.partition_set, step.partition_key):
-            instance.add_dynamic_partitions(step.partition_set, [step.partition_key])
+        partition_set = PARTITION_SET[step.kind]
+        if not instance.has_dynamic_partition(partition_set, step.partition_key):
+            instance.add_dynamic_partitions(partition_set, [step.partition_key])
         name = job_name(jobs, step)
         result = execute_with_origin(
             repository.get_job(name), step.partition_key, instance,
@@ -63,12 +90,12 @@ def drive(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable
     with driver_lock(ctx):
         announce_compile(instance, key)  # under the lock: the sensor sees it held and leaves it alone
         open_compile(instance, ctx, note)
-        report = steps.drive(ctx, start_job, progress, max_steps=max_runs)
+        report = steps.run_steps(ctx, start_job, progress, max_steps=max_runs)
         _restore_outputs(ctx, note)
         return report
 
 
-def _restore_outputs(ctx: StepContext, note: Callable[[str], None]) -> None:
+def _restore_outputs(ctx: CompileHandle, note: Callable[[str], None]) -> None:
     """Write what a finalized compile should have beside its records and lacks: report.html,
     which the last step writes after report.json (a kill between them left it missing)."""
     from deep_pipeline.report import write_html_report
@@ -88,11 +115,10 @@ def execute_with_origin(job: dg.JobDefinition, partition_key: str, instance: dg.
     run_config = QUIET_CONSOLE
     run_id = make_new_run_id()
     tags = {**tags, **process_tags(run_id)}  # a kill -9 of this process is noticed by the next driver
-    run_tags = merge_run_tags(job_def=job, partition_key=partition_key, tags=tags, asset_selection=None,
-                              instance=instance, run_config=run_config)
+    run_tags = partition_run_tags(job, partition_key, instance, tags, run_config)
     run = instance.create_run_for_job(job_def=job, run_id=run_id, run_config=run_config, tags=run_tags,
                                       remote_job_origin=job_origin(job.name))
-    return execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
+    return execute_created_run(job, run, instance)
 
 
 def _interrupted(result) -> bool:
