@@ -1,4 +1,4 @@
-"""The live compile timeline (issue 11 point 4): one row per finished step, shown in the UI
+"""The live compile timeline: one row per finished step, shown in the UI
 while the compile runs.
 
 Each step's last asset reports a materialization of `compile_timeline` (an external asset,
