@@ -81,7 +81,7 @@ def timeline_event(ctx: StepContext) -> dg.AssetMaterialization:
             "iterations": dg.MetadataValue.int(len(decided)),
             "accepted": dg.MetadataValue.int(sum(bool(r.accepted) for r in decided)),
             # The compile's totals so far, named apart: summing `model_calls` over a compile's
-            # assets gives its calls once (README "Usage adds up").
+            # assets gives its calls once (docs/operations.md, "Usage adds up").
             "compile_model_calls": dg.MetadataValue.int(len(calls)),
             "compile_failed_calls": dg.MetadataValue.int(sum(c.error is not None for c in calls)),
             "compile_cost_usd": dg.MetadataValue.float(sum(costs, 0.0)) if None not in costs else dg.MetadataValue.text("unknown"),
