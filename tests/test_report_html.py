@@ -308,6 +308,7 @@ def test_the_compile_report_asset_writes_the_page_and_links_it(tmp_path, monkeyp
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))  # where the step runs find the compile
+    monkeypatch.setenv("DEEP_PIPELINE_REPORT_URL", "https://reports.example/dp/")  # a deployment's own server
     (tmp_path / "home").mkdir()
     install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
     skill, bundle = make_inputs(tmp_path)
@@ -321,6 +322,46 @@ def test_the_compile_report_asset_writes_the_page_and_links_it(tmp_path, monkeyp
     assert page == tmp_path / "store" / record.key / "report.html"
     html = page.read_text(encoding="utf-8")
     assert 'id="timeline"' in html and "section-m00" in html and f"+{MARK}-s02-steps" in html
+    # The UI shows a url value as a link it opens (a browser never opens file:// from the UI's page)
+    assert isinstance(metadata["report_url"], dg.UrlMetadataValue)
+    assert metadata["report_url"].value == f"https://reports.example/dp/{record.key}/report.html"
+
+
+def test_the_report_server_serves_each_report_and_nothing_else_of_a_compile(tmp_path, monkeypatch):
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from deep_pipeline.report.serve import report_server, report_url
+
+    store = tmp_path / "store"
+    (store / "tidy-abc123").mkdir(parents=True)
+    (store / "tidy-abc123" / "report.html").write_text("<p>the page</p>")
+    (store / "tidy-abc123" / "calls.jsonl").write_text("{}")
+    (store / "unfinished-def456").mkdir()
+    (tmp_path / "report.html").write_text("outside the store")
+    server = report_server(store, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("DEEP_PIPELINE_REPORT_URL", base)
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(base + path, timeout=30) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as refused:
+            return refused.code, ""
+
+    try:
+        assert get(report_url("tidy-abc123").removeprefix(base)) == (200, "<p>the page</p>")
+        status, index = get("/")
+        assert status == 200 and "tidy-abc123/report.html" in index and "unfinished" not in index
+        for refused in ("/tidy-abc123/calls.jsonl", "/unfinished-def456/report.html", "/../report.html",
+                        "/%2e%2e/report.html", "/tidy-abc123/../tidy-abc123/report.html"):
+            assert get(refused)[0] == 404, refused
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_the_latest_evaluation_is_shown_with_both_rates_intervals_and_the_difference(tmp_path, scripted_llm):

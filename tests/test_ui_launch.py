@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,14 @@ from tests.browser import wait_until
 from tests.test_ui_browser import answers, free_port
 
 SHOWS_SIGINT = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+
+
+def serves(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
 
 
 def ignoring_sigint() -> None:  # as a non-interactive shell starts a background job
@@ -40,7 +49,9 @@ def test_the_launcher_hands_its_program_a_working_sigint():
 def test_dagster_dev_started_in_the_background_stops_on_sigterm(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "DEEP_PIPELINE_STORE": str(tmp_path / "store")}
+    reports = free_port()  # `make ui` serves the reports beside the UI, on the port of the report URL
+    env = {**os.environ, "DAGSTER_HOME": str(home), "DEEP_PIPELINE_STORE": str(tmp_path / "store"),
+           "DEEP_PIPELINE_REPORT_URL": f"http://127.0.0.1:{reports}/"}
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "deep_pipeline.cli.ui", "-m", "deep_pipeline.definitions",
                              "-h", "127.0.0.1", "-p", str(port)], env=env, cwd=Path(__file__).parent.parent,
@@ -50,9 +61,11 @@ def test_dagster_dev_started_in_the_background_stops_on_sigterm(tmp_path):
         wait_until("dagster dev to answer", lambda: answers(f"http://127.0.0.1:{port}") or proc.poll() is not None,
                    timeout=300)
         assert proc.poll() is None
+        wait_until("the report server to answer", lambda: serves(f"http://127.0.0.1:{reports}/"), timeout=120)
         proc.terminate()
         proc.wait(timeout=120)  # before the launcher: still running when killed after minutes
         wait_until("dagster dev's services to stop", lambda: not answers(f"http://127.0.0.1:{port}"), timeout=60)
+        wait_until("the report server to stop with it", lambda: not serves(f"http://127.0.0.1:{reports}/"), timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

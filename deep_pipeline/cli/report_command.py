@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where to write the page (default: <compile folder>/report.html)")
     p.add_argument("--json", action="store_true", help="print where the page is as one JSON object")
     p.set_defaults(handler=_report)
+    register_serve(sub)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -44,4 +45,42 @@ def _report(args: argparse.Namespace) -> int:
     require_writable_folder(path.parent, "-o: the report's folder")
     atomic_write_text(path, page)
     print(json.dumps({"compile": args.compile_key, "report_html": str(path)}) if args.json else path)
+    return 0
+
+
+def register_serve(sub: argparse._SubParsersAction) -> None:
+    from deep_pipeline.report.serve import DEFAULT_HOST, DEFAULT_PORT, URL_VARIABLE, local_address
+
+    p = sub.add_parser(
+        "serve-reports",
+        help="serve the compiles' HTML reports over HTTP (the UI's report_url links)",
+        description="Serve <compile>/report.html of every compile in the store, and a list of them at /, read-only "
+        f"(nothing else of a compile folder). The compile_report asset's report_url points here (${URL_VARIABLE}, "
+        f"default http://{DEFAULT_HOST}:{DEFAULT_PORT}/); `make ui` starts it beside the UI. Runs until Ctrl-C. "
+        "Exit 2: the address is in use.",
+    )
+    host, port = local_address()
+    p.add_argument("--host", default=host, help=f"the address to bind (default {host})")
+    p.add_argument("--port", type=int, default=port,
+                   help=f"the port to bind (default: ${URL_VARIABLE}'s when it names this machine, else {DEFAULT_PORT})")
+    p.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from deep_pipeline.errors import InputError
+    from deep_pipeline.report.serve import report_server
+
+    _home(create=False)
+    store = homes.store_root()
+    try:
+        server = report_server(store, args.host, args.port)
+    except OSError as exc:
+        raise InputError(f"{args.host}:{args.port}: cannot serve the reports there: {exc.strerror or exc}") from None
+    print(f"serving the reports of {store} at http://{args.host}:{server.server_address[1]}/", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
     return 0

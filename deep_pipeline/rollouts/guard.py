@@ -102,7 +102,8 @@ def kill_all(pids_now, rounds: int = 50) -> int:
     return len(killed)
 
 
-def _arm_parent_death_signal(sig: int = signal.SIGTERM) -> None:
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Have this process get `sig` when its parent ends (Linux); elsewhere nothing."""
     try:
         import ctypes
 
@@ -124,7 +125,7 @@ def main(argv: list[str]) -> int:
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
-    _arm_parent_death_signal()
+    die_with_parent()
     with os.fdopen(status_fd, "w") as status:
         if os.getppid() != driver_pid:
             return 128 + signal.SIGTERM  # the driver died before the signal was armed: start nothing
@@ -214,7 +215,7 @@ def _init(agent_argv: list[str], alive_r: int, report_w: int) -> None:
     """PID 1 of the rollout's namespace: start the agent, reap, report; never returns."""
     code = 1
     try:
-        _arm_parent_death_signal(signal.SIGKILL)  # the guard's death empties the namespace
+        die_with_parent(signal.SIGKILL)  # the guard's death empties the namespace
         os.set_blocking(alive_r, False)
         try:
             if os.read(alive_r, 1) == b"":

@@ -9,6 +9,7 @@ from deep_pipeline.defs.partitions import across_sets, compiles_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.io_steps import final_skill_step, report_step
 from deep_pipeline.report import write_html_report
+from deep_pipeline.report.serve import report_url
 
 COMMON = dict(partitions_def=compiles_partitions, group_name="output", kinds={"python"})
 
@@ -33,7 +34,7 @@ def final_skill(context: dg.AssetExecutionContext, store: CompileStoreResource) 
 
 
 @dg.asset(**COMMON, deps=[final_skill], description="report.json: stop reasons, every decision in order, usage per "
-          "role; report.html (`report_html`): the compile as one page, heatmaps, timeline, diff and evidence.")
+          "role; report.html (`report_html`, opened from `report_url`): the compile as one page, heatmaps, timeline, diff and evidence.")
 def compile_report(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
     ctx = store.context(context.partition_key)
     with asset_step(context, ctx):
@@ -54,6 +55,8 @@ def compile_report(context: dg.AssetExecutionContext, store: CompileStoreResourc
             **usage_meta(report.usage_total, {"judge": report.judge_model, "editor": report.editor_model, "agent": report.agent_model}),
             **file_ref(ctx.cdir.report_path),
             "report_html": dg.MetadataValue.path(str(html)),
+            # A link the UI opens: served by `make ui` / `deep-pipeline serve-reports` (a file:// link is not)
+            "report_url": dg.MetadataValue.url(report_url(ctx.cdir.key)),
         }
     )
 
