@@ -1,4 +1,4 @@
-"""A batch of compiles under the daemon at pool P: throughput, against the ideal and the CLI (issue 12 point 7).
+"""A batch of compiles under the daemon at pool P: throughput, against the ideal and the CLI.
 
     .venv/bin/python benchmarks/bench_batch.py [--n 16] [--pool 4] [--storage sqlite|postgres]
         [--latency 2] [--agent-seconds 5] [--rollouts 2] [--no-sequential] [--tree PATH]

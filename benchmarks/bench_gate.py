@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_gate.py [--iterations 200] [--seed 0] [--setting SIGMA,B ...] [--markdown]
 
-A simulated world (issue 10 point 5). Every iteration's edit has a hidden true effect,
+A simulated world. Every iteration's edit has a hidden true effect,
 worse (-1), same (0) or better (+1), drawn with a seeded RNG; the incumbent's true score
 is 3 and the candidate's 3 + effect. A scripted judge answers through the project's real
 path (ModelClient, litellm with the scripted provider, llm/comparator.py, core/comparison.py,

@@ -1,4 +1,4 @@
-"""What an edge between two dynamic partition sets costs (issue 11 point 3).
+"""What an edge between two dynamic partition sets costs.
 
     .venv/bin/python benchmarks/bench_lineage.py [--upstream 50,2000] [--repeat 5]
 

@@ -1,4 +1,4 @@
-"""What a compile costs beyond its model calls and rollouts, on each way of running one (issue 12 point 7).
+"""What a compile costs beyond its model calls and rollouts, on each way of running one.
 
     .venv/bin/python benchmarks/bench_overhead.py [--paths cli,job,daemon] [--repeat 1]
         [--latency 2] [--agent-seconds 5] [--rollouts 2] [--tree PATH]

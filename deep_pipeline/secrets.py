@@ -2,7 +2,7 @@
 blanked out of what we write, and which variables each model provider reads.
 
 The agent sandbox, the calls log, the local model server's environment, the key messages
-and the Dagster key resource all use these (issue 9 point 4). Standard library only.
+and the Dagster key resource all use these, so a key reaches no record, log or report. Standard library only.
 """
 
 from __future__ import annotations

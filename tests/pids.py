@@ -1,6 +1,6 @@
 """Pids a test agent wrote, as the host sees them.
 
-A rollout may run in a PID namespace of its own (issue 21 item 29): an agent's os.getpid()
+A rollout may run in a PID namespace of its own (SPEC §9): an agent's os.getpid()
 is then the namespace's number, so test agents write `pid... pid:[inode]` and tests map
 each pid to the host's through /proc/<pid>/ns/pid and the NSpid line of /proc/<pid>/status.
 """

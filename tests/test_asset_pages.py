@@ -1,4 +1,4 @@
-"""What the Dagster UI shows of a finished compile (issue 11 points 1, 2, 8): the materializations'
+"""What the Dagster UI shows of a finished compile: the materializations'
 metadata, read back from the instance after a whole compile through Dagster.
 
 The scripted judge cites real evidence (the chat agent's answer, quoted at its step) in its

@@ -67,7 +67,7 @@ def test_bad_manifest_is_one_clear_error(tmp_path, content, needle):
 
 
 def test_the_daily_schedule_reads_the_homes_manifest_and_says_where_it_goes(env):
-    # issue 21 item 20: the schedule read a batch.yaml the project did not ship, from wherever `dagster dev` ran
+    # The schedule reads $DAGSTER_HOME/batch.yaml, not a batch.yaml wherever `dagster dev` happens to run
     import dagster as dg
 
     from deep_pipeline.defs.schedules import EXAMPLE, batch_schedule

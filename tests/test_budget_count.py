@@ -1,4 +1,4 @@
-"""One budget count (SPEC §8, issue 9 point 4): the budget a resumed compile starts from and
+"""One budget count (SPEC §8): the budget a resumed compile starts from and
 the history the policy's budget stop reads count the same calls and the same spend, the
 calls made, with a cached answer counted for neither."""
 

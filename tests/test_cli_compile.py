@@ -192,7 +192,7 @@ def test_an_agent_program_that_does_not_exist_is_refused_before_anything_is_writ
 
 
 def test_the_ui_hint_keeps_a_store_of_its_own(tmp_path, home, monkeypatch):
-    # issue 21 item 20: with DEEP_PIPELINE_STORE set, the hint's UI found none of the compiles
+    # With DEEP_PIPELINE_STORE set, the hint's UI found none of the compiles
     from deep_pipeline.cli.compile_commands import ui_command
 
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "elsewhere"))

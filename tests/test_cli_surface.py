@@ -1,4 +1,4 @@
-"""The command line's surface (issue 21 item 15): `--version`, `python -m deep_pipeline`,
+"""The command line's surface: `--version`, `python -m deep_pipeline`,
 `--json` on every command that prints a result (one object on stdout, progress on stderr),
 config files in TOML as well as YAML, and every unknown setting named in one line."""
 

@@ -1,4 +1,4 @@
-"""The comparison (SPEC §6.5-6.6, issue 10 points 1, 2, 7): both orders, samples, evidence-backed
+"""The comparison (SPEC §6.5-6.6): both orders, samples, evidence-backed
 regressions, and trace text fenced as data, through whole compiles with a scripted judge."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A failed compile does not look like a running one (issue 21 item 18): `status`, its JSON and
+"""A failed compile does not look like a running one: `status`, its JSON and
 the live timeline name the last step's failed run, its error line and when, until a step ends."""
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ POINTS = [
     Trigger("in-second-candidate-rollout", ready=lambda w: _candidate_starts(w) >= 2, delay_s=0.4),
     Trigger("decision-written-before-the-next-matrix", ready=_has("iterations/*/decision.json")),
     Trigger("in-finalize-after-s-final", ready=_has("final/skill")),
-    # Finalized by its records, its run still STARTED, report.html not yet written (issue 21 item 25).
+    # Finalized by its records, its run still STARTED, report.html not yet written.
     Trigger("in-finalize-after-report-json", ready=_has("report.json")),
 ]
 

@@ -1,4 +1,4 @@
-"""A key goes only to the endpoint it belongs to (issue 21 items 14 and 27).
+"""A key goes only to the endpoint it belongs to.
 
 With the user's OPENAI_API_KEY in the environment and every role on a self-hosted
 `*_api_base` endpoint, the endpoints (scripted OpenAI-compatible servers that log the

@@ -1,4 +1,4 @@
-"""Faults under load (issue 12 point 5, SPEC §9): a batch of 8 compiles under the Dagster
+"""Faults under load (SPEC §9): a batch of 8 compiles under the Dagster
 daemon, against a served judge and editor that answer a share of calls with bursts of 429
 (Retry-After), 500s, content that is not JSON, a column naming the wrong units, or late.
 
@@ -137,7 +137,7 @@ def test_a_rate_limit_is_resent_no_sooner_than_its_retry_after(tmp_path, monkeyp
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not on_postgres(), reason="a batch on Postgres (issue 12 point 5): .ci/run's Postgres pass runs it")
+@pytest.mark.skipif(not on_postgres(), reason="a batch on Postgres : .ci/run's Postgres pass runs it")
 def test_a_batch_under_faults_ends_with_its_decisions_or_one_line_and_resumes(tmp_path, scripted_llm, dagster_storage):
     began = time.monotonic()
     expected = references(tmp_path / "ref", scripted_llm)

@@ -92,7 +92,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# Cycles still to break (issue 9 point 5). The list may only shrink: a new cycle fails
+# Cycles still to break. The list may only shrink: a new cycle fails
 # the test, and so does breaking one of these without taking it off the list.
 KNOWN_CYCLES: list[list[str]] = []
 

@@ -1,5 +1,5 @@
 """Inputs that used to get through, hang or read without end are refused in one line, exit 2,
-nothing written (issue 21 items 22, 23, 24, 30, 31): an empty body, folder links that lead
+nothing written (SPEC §2): an empty body, folder links that lead
 back up, a package too large, special files as the bundle, files that cannot be read.
 """
 

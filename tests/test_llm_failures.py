@@ -1,4 +1,4 @@
-"""The model layer's failures (issue 8 items 3, 11, 7, 13): keyless endpoints, access errors,
+"""The model layer's failures (SPEC §9): keyless endpoints, access errors,
 bad answers and the cache, and what a call really cost."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_an_endpoint_that_needs_no_key_answers_without_one(tmp_path, monkeypatch
     assert request["authorization"].startswith("Bearer sk-")  # a placeholder, not the user's key
 
 
-# A self-hosted endpoint gets no provider key: the fix named is the role's own key setting (issue 21 item 27).
+# A self-hosted endpoint gets no provider key: the fix named is the role's own key setting.
 @pytest.mark.parametrize("status, variable", [(401, "editor_api_key_env"), (403, "editor_api_key_env"),
                                               (404, "editor_api_base")])
 def test_an_access_error_stops_at_once_naming_role_model_and_variable(tmp_path, monkeypatch, status, variable):

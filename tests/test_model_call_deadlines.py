@@ -1,5 +1,5 @@
 """The agent's deadline and the models' per-call timeouts count only the model's own time
-(SPEC §9, issue 21 items 10, 11, 17 and 28): the compiler's start-up, a queue for the
+(SPEC §9): the compiler's start-up, a queue for the
 local model's one slot and a hung request are the machinery's, never the agent's timeout."""
 
 from __future__ import annotations

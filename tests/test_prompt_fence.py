@@ -1,4 +1,4 @@
-"""Trace text is data (issue 10 point 7): every judge, comparator and editor prompt fences what
+"""Trace text is data: every judge, comparator and editor prompt fences what
 the agent produced and tells the model not to follow instructions inside it. The model's
 obedience cannot be tested here; the prompt can."""
 

@@ -1,4 +1,4 @@
-"""A replay compile says whose traces it replayed (issue 21 item 13): the report and the UI name
+"""A replay compile says whose traces it replayed: the report and the UI name
 the recorded traces' agent and model, not the config's default, and mark them as replays of runs
 made on another SKILL.md."""
 

@@ -1,4 +1,4 @@
-"""`deep-pipeline report`: the compile as one self-contained HTML page (issue 11 point 6).
+"""`deep-pipeline report`: the compile as one self-contained HTML page (SPEC §8).
 
 The compile descends (two rejections at section level, then an accepted paragraph edit),
 so both levels have matrices; the scripted comparator quotes the traces, and the bundle's
@@ -209,7 +209,7 @@ def test_page_shows_both_levels_timeline_diff_evidence_and_usage(descended):
 
 
 def test_each_decisions_edit_is_shown_accepted_or_not_with_a_chart_of_scores(descended):
-    # issue 21 item 20: the rejected candidates' text was on no page, and no chart showed the scores
+    # A rejected candidate's text is on the page too, and a chart shows the scores
     dom = parse(render(gather(descended)))
     edits = dom.one("section", id="edits").all("article", cls="edit")
     assert [(e.attrs["id"], e.attrs["data-outcome"]) for e in edits] == [

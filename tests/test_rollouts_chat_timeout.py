@@ -1,4 +1,4 @@
-"""A chat rollout has a deadline (SPEC §6.4, issue 8 item 1): past it the rollout is a
+"""A chat rollout has a deadline (SPEC §6.4): past it the rollout is a
 `timeout` trace, its call is not retried, and the timeout-regression rule (§6.5) fires."""
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def test_agent_writes_a_file_in_its_workdir_and_the_trace_shows_it(workspace, mo
         assert "HOME=" + str(workspace["sandboxes"]) in tool_steps[1]
         assert trace.prompt_tokens == 150 and trace.completion_tokens == 30  # 3 scripted calls
         assert (trace.duration_s or 0) > 0
-    # ... nor did the user's key travel to this self-hosted endpoint (issue 21 item 14), and the
+    # ... nor did the user's key travel to this self-hosted endpoint, and the
     # skill (braces and all) is in the system prompt.
     first = server.requests[0]
     assert first["authorization"] == "Bearer sk-local-no-key"

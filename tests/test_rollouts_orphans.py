@@ -4,7 +4,7 @@ A real driver process runs a batch of hanging agents (tests/agents/hang.py, each
 child) and is SIGKILLed; nothing of the rollouts may survive it. When even the guard
 was killed, the records the runner keeps let the next batch stop the leftovers (without a
 PID namespace); with one, the rollout's namespace dies with its guard, and a child that
-left its session and cleared its environment goes with it (issue 21 item 29).
+left its session and cleared its environment goes with it (SPEC §9).
 """
 
 from __future__ import annotations

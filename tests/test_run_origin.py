@@ -1,4 +1,4 @@
-"""Runs a driver starts carry the code location's origin and say who started them (issue 11 point 5).
+"""Runs a driver starts carry the code location's origin and say who started them.
 
 The job's Runs tab in the UI asks for `runsOrError(filter: {pipelineName: <job>, tags:
 [{key: ".dagster/repository", value: "<repository>@<location>"}]})` (dagster-webserver's

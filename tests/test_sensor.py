@@ -178,7 +178,7 @@ def test_a_tick_releases_a_run_whose_process_is_gone_and_frees_its_slot(setup, d
 
 def test_a_compile_whose_last_step_failed_is_not_relaunched_when_the_sensor_starts(tmp_path, scripted_llm, dagster_storage,
                                                                                      monkeypatch):
-    # issue 21 item 19: a CLI compile failed (the judge refuses the key); `make ui` starts the sensor afresh
+    # A CLI compile failed (the judge refuses the key); `make ui` starts the sensor afresh
     monkeypatch.setenv("DEEP_PIPELINE_STORE", str(tmp_path / "store"))
     from deep_pipeline.runtime.driver import drive_compile
     from deep_pipeline.runtime.register import register_with_overrides
@@ -201,7 +201,7 @@ def test_a_compile_whose_last_step_failed_is_not_relaunched_when_the_sensor_star
 
 
 def test_a_failed_cli_step_run_is_not_left_for_the_daemons_run_retry(tmp_path, scripted_llm, dagster_storage, monkeypatch):
-    # issue 21 item 19: with our run_retries (max 1), a CLI run's failure was marked will_retry, and the
+    # With our run_retries (max 1), a CLI run's failure was marked will_retry, and the
     # daemon of the next `make ui` launched it again; the CLI's user resumes, the daemon does not
     from dagster._core.storage.tags import WILL_RETRY_TAG
 

@@ -1,4 +1,4 @@
-"""Did the agent use the edit? (issue 10 point 3): per trace, did it read the skill and quote
+"""Did the agent use the edit?: per trace, did it read the skill and quote
 the edited unit; recorded and shown, never a rule."""
 
 from __future__ import annotations

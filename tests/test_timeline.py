@@ -1,4 +1,4 @@
-"""The live compile timeline (issue 11 point 4): after every step of a compile driven through
+"""The live compile timeline: after every step of a compile driven through
 Dagster, the latest `compile_timeline` materialization of its partition has one row per step so far."""
 
 from __future__ import annotations

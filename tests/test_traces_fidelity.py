@@ -1,4 +1,4 @@
-"""What real traces hold survives the import (issue 21 items 5-7).
+"""What real traces hold survives the import (SPEC §2, §3).
 
 The fixtures are synthetic, in the shapes real files showed: Harbor's ATIF golden files
 (results naming their call by `source_call_id`, copied context, terminus-2's subagent

@@ -1,4 +1,4 @@
-"""`deep-pipeline import-traces` on a Harbor trial whose Claude Code stream injects the skill (issue 8 item 14).
+"""`deep-pipeline import-traces` on a Harbor trial whose Claude Code stream injects the skill (SPEC §2).
 
 Claude Code hands a skill's text to the model as a synthetic user message; it is the
 Skill tool's output, so it must never become the bundle's task prompt.

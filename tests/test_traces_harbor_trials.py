@@ -1,4 +1,4 @@
-"""Harbor trials as they really come (issue 21 items 1, 3, 4, 8, 9).
+"""Harbor trials as they really come (SPEC §2).
 
 The fixtures are synthetic, in the shapes of SkillsBench's Harbor trials: Claude Code run
 as `claude -p '<instruction>'` (no user turn in the stream; the command kept in

@@ -1,4 +1,4 @@
-"""SkillsBench's terminus-2 trials (issue 21 item 2): `agent/trajectory.json` is a list of
+"""SkillsBench's terminus-2 trials (SPEC §2): `agent/trajectory.json` is a list of
 `{episode, prompt, response}`, not ATIF. The fixture is synthetic, in that shape."""
 
 from __future__ import annotations

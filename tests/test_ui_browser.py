@@ -1,4 +1,4 @@
-"""The Dagster UI over a finished compile, as a person sees it (issue 11, "Done when").
+"""The Dagster UI over a finished compile, as a person sees it.
 
 A compile with an accepted edit (scripted model) runs through Dagster on a DAGSTER_HOME on disk;
 `dagster-webserver` serves it on 127.0.0.1 and headless Chromium opens the `decision` page of

@@ -1,4 +1,4 @@
-"""`make ui` stops on Ctrl-C and SIGTERM however it was started (issue 21 item 19).
+"""`make ui` stops on Ctrl-C and SIGTERM however it was started.
 
 A shell starts a background command (`make ui &`, a script) with SIGINT ignored; exec keeps
 that, and `dagster dev` gives SIGTERM SIGINT's handling: it ignored both. The launcher

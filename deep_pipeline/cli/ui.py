@@ -4,7 +4,7 @@
 interpreter) with SIGINT at its default first. A shell that starts a command in the
 background (`make ui &`, a script, nohup) starts it with SIGINT ignored, exec keeps that,
 and `dagster dev` gives SIGTERM the same handling as SIGINT: so it ignored both, and its
-webserver, daemon and code servers ran on until killed (issue 21 item 19). With SIGINT at
+webserver, daemon and code servers ran on until killed. With SIGINT at
 its default, Python raises KeyboardInterrupt on either and `dagster dev` shuts its services
 down in seconds.
 

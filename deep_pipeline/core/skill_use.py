@@ -1,4 +1,4 @@
-"""Did the agent use the skill? (issue 10 point 3): a signal recorded for people, never a rule.
+"""Did the agent use the skill?: a signal recorded for people, never a rule.
 
 A judge can only have seen an edit at work if the agent read the skill. Per trace:
 

@@ -92,7 +92,7 @@ def unit_diff(before: str, after: str, unit_id: str) -> str:
 
 def skill_use_meta(uses: list, runner: str, output_format: str) -> dict:
     """`read_skill` and `quoted_edited_unit` as shares of the candidate's traces, plus a warning
-    when none read the skill (issue 10 point 3: shown to people, read by no rule)."""
+    when none read the skill (shown to people, read by no rule)."""
     reason = not_applicable_reason(runner, output_format) or (None if uses else "not recorded for these rollouts")
     return {name: dg.MetadataValue.text(text) for name, text in share_texts(share(uses), reason).items()}
 

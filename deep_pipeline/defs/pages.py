@@ -1,4 +1,4 @@
-"""The decision page and the column tables (issue 11 points 1, 2): markdown built from the
+"""The decision page and the column tables: markdown built from the
 records on disk, so a person reads why an edit was accepted, and on what evidence, on the
 `decision` asset alone. Dagster metadata only: nothing here writes a record."""
 
@@ -116,7 +116,7 @@ def matrix_before(cdir: CompileDir, edit: EditRecord) -> ScoreMatrix | None:
 
 
 def column_table(cells: list[Cell]) -> str:
-    """A matrix column (issue 11 point 2): each unit's score, reason and evidence quotes."""
+    """A matrix column: each unit's score, reason and evidence quotes."""
     lines = ["| unit | score | reason | evidence |", "|---|---|---|---|"]
     for c in cells:
         quotes = "<br>".join(f'[{table_text(e.trace_id)} step {e.step}] "{table_text(e.quote)}"' for e in c.evidence) or "-"

@@ -24,6 +24,6 @@ def across_sets(upstream: str) -> dg.AssetDep:
     set onto another (custom mappings are deprecated and do not reach the webserver), and the
     default between two dynamic sets is identity, which would ask for partitions that never exist.
     AllPartitionMapping draws the edge and runs nothing: these are `deps`, never loaded, and which
-    partition an iteration really read is on its metadata (README "Dagster mapping", with the cost
-    measured by benchmarks/bench_lineage.py)."""
+    partition an iteration really read is on its metadata (README "The Dagster mapping"; the cost,
+    measured by benchmarks/bench_lineage.py, is in docs/benchmarks.md)."""
     return dg.AssetDep(upstream, partition_mapping=dg.AllPartitionMapping())

@@ -1,4 +1,5 @@
-"""The last failed step run of a compile, kept in its folder so `status` can say so (issue 21 item 18).
+"""The last failed step run of a compile, kept in its folder so `status` can say so:
+a failed compile must not look like a running one.
 
 A compile whose step run failed is not running: nothing carries it on until someone resumes
 it (or the daemon's loop retries it). Dagster's run records know this, but `status` reads

@@ -208,7 +208,7 @@ def served_agent(cdir, config: CompileConfig, record: CompileRecord) -> dict:
 
 
 def skill_use_by_iteration(cdir, events) -> list[IterationSkillUse]:
-    """Each rolled-out iteration's share of traces that read the skill (issue 10 point 3).
+    """Each rolled-out iteration's share of traces that read the skill (a signal for people, read by no rule).
 
     Read from rollouts.json for people to see; no decision reads it.
     """

@@ -115,7 +115,7 @@ def format_status(status: CompileStatus) -> str:
 
 
 class TimelineRow(BaseModel):
-    """One step of a compile as the live timeline shows it (issue 11 point 4)."""
+    """One step of a compile as the live timeline shows it."""
 
     number: int  # 1-based, in the order the steps ended
     kind: str  # "inputs", "matrix", "iteration", "finalize", or "failed" (the last step run, failed)

@@ -1,5 +1,5 @@
 """Who may call a model: provider keys, keyless self-hosted servers, and the failures
-that no resend can mend (issue 8 item 3, SPEC §9)."""
+that no resend can mend (SPEC §9)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def key_variable(model: str, litellm=None) -> str:
 def key_for(api_base: str | None, api_key: str | None) -> str | None:
     """The key to hand litellm: the configured one; for a `*_api_base` endpoint without one,
     the placeholder (litellm would otherwise send the provider's key from the environment to
-    a server it does not belong to, issue 21 item 14); else None (litellm reads the
+    a server it does not belong to); else None (litellm reads the
     environment)."""
     if api_key is None and api_base:
         return PLACEHOLDER_KEY  # a self-hosted server that wants no key (vLLM, llama.cpp, Ollama)
@@ -85,7 +85,7 @@ def access_line(variable: str | None, role: str, model: str, api_base: str | Non
         fix = f"check {role}_model, or set {role}_api_base to a server that serves it"
     elif key_env:
         fix = f"set {key_env} (named by {role}_api_key_env) to a key {which}"
-    elif api_base:  # a self-hosted endpoint gets no provider key: the role names its own (issue 21 item 27)
+    elif api_base:  # a self-hosted endpoint gets no provider key: the role names its own
         fix = f"set {role}_api_key_env to the name of a variable holding a key {role}_api_base ({api_base}) accepts"
     else:
         fix = f"set {variable or key_variable(model)} to a key {which}"

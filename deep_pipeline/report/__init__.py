@@ -1,4 +1,4 @@
-"""The compile report as one self-contained HTML page (issue 11 point 6).
+"""The compile report as one self-contained HTML page (SPEC §8).
 
 `gather` reads a finalized compile's records (report.json, the matrices, each
 iteration's records, the traces evidence points into, the latest evaluation) into one

@@ -1,4 +1,4 @@
-"""Each decision's edit, kept or not, and a chart of the scores over the iterations (issue 21 item 20).
+"""Each decision's edit, kept or not, and a chart of the scores over the iterations (SPEC §8).
 
 The SKILL.md diff shows only what was kept; a rejected candidate's text was in no section of
 the page, so a reader could not judge the judge. Both come from the iteration records

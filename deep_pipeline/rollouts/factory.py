@@ -1,7 +1,7 @@
 """`make_runner`: the runner a compile's config names (chat, mini-swe-agent, command, replay).
 
 Apart from base.py, which every runner imports: the factory imports every runner, so in
-base it made base and the runners one import cycle (issue 9 point 5). Runners are
+base it made base and the runners one import cycle. Runners are
 imported when picked, so this module stays light (no litellm, no mini-swe-agent).
 """
 

@@ -7,7 +7,7 @@ signal when its parent dies (prctl PR_SET_PDEATHSIG), starts the agent in its ow
 driver dies, even by SIGKILL, the guard SIGKILLs every process of the rollout (its
 group, plus whatever carries the rollout's marker variable) and exits.
 
-Containment (MODE `contain`, issue 21 item 29): a descendant that calls setsid and clears
+Containment (MODE `contain`, SPEC §9): a descendant that calls setsid and clears
 its environment leaves both the group and the marker behind. So the guard puts the rollout
 in a PID namespace of its own: a forked copy of the guard is its PID 1 (an "init" that
 mounts the namespace's own /proc, starts the agent, reaps orphans and tells the guard the

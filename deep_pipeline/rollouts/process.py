@@ -2,7 +2,7 @@
 
 The agent starts under a guard (`guard.py`) that leads its own session (so its own
 process group) with a marker variable in its environment, and where Linux allows it in a
-PID namespace of its own, which nothing the agent starts can leave (issue 21 item 29). On a limit, and after a
+PID namespace of its own, which nothing the agent starts can leave (SPEC §9). On a limit, and after a
 normal exit too, every process of the rollout is stopped: the group, plus anything
 carrying the marker (children that called setsid, e.g. mini-swe-agent runs each
 command in a new session). SIGTERM first, SIGKILL after a grace. If the driver dies

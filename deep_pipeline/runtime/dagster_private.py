@@ -11,12 +11,12 @@ Checked against dagster 1.13.27 (`pip show dagster`). Each name, and why no publ
 - `InMemoryJob` (dagster._core.definitions.job_base) and `execute_run`
   (dagster._core.execution.api): execute a run we created in this process, as a run worker
   does. Public alternative: `execute_in_process`, which makes its own run without an origin
-  (no Runs tab, no Overview timeline), or a code server + `instance.submit_run` (a process
+  (no Runs tab, no Overview timeline), or a code server + `DagsterInstance.submit_run` (a process
   and a gRPC server per compile).
 - `RemoteJobOrigin`, `RemoteRepositoryOrigin`, `InProcessCodeLocationOrigin`
   (dagster._core.remote_origin) and `LoadableTargetOrigin`
   (dagster._core.types.loadable_target_origin): the origin a code server would give a run,
-  passed to the public `instance.create_run_for_job`. Public alternative: none; only a code
+  passed to the public `DagsterInstance.create_run_for_job`. Public alternative: none; only a code
   location's server makes them.
 """
 

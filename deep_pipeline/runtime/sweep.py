@@ -99,7 +99,7 @@ def release_dead_runs(instance: dg.DagsterInstance, note: Callable[[str], None])
 
 
 def open_compile(instance: dg.DagsterInstance, ctx: CompileHandle, note: Callable[[str], None]) -> None:
-    """What every command that opens a compile does first, whatever step comes next (issue 21 item 25).
+    """What every command that opens a compile does first, whatever step comes next (SPEC §9).
 
     A kill -9 may land after a compile's last record (report.json) and before its run is
     marked done: the compile is finalized, no step runs again, and a sweep tied to steps

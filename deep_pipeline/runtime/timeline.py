@@ -1,4 +1,4 @@
-"""The live compile timeline (issue 11 point 4): one row per finished step, shown in the UI
+"""The live compile timeline: one row per finished step, shown in the UI
 while the compile runs.
 
 Each step's last asset reports a materialization of `compile_timeline` (an external asset,
@@ -82,7 +82,7 @@ def timeline_event(ctx: CompileHandle) -> dg.AssetMaterialization:
             "iterations": dg.MetadataValue.int(len(decided)),
             "accepted": dg.MetadataValue.int(sum(bool(r.accepted) for r in decided)),
             # The compile's totals so far, named apart: summing `model_calls` over a compile's
-            # assets gives its calls once (README "Usage adds up").
+            # assets gives its calls once (docs/operations.md, "Usage adds up").
             "compile_model_calls": dg.MetadataValue.int(len(calls)),
             "compile_failed_calls": dg.MetadataValue.int(sum(c.error is not None for c in calls)),
             "compile_cost_usd": dg.MetadataValue.float(sum(costs, 0.0)) if None not in costs else dg.MetadataValue.text("unknown"),

@@ -149,7 +149,7 @@ def comparison(context: dg.AssetExecutionContext, store: CompileStoreResource) -
 
 
 def _page(it: steps.Iteration, edit: EditRecord, matrix_after) -> dict:
-    """What makes the decision page stand alone (issue 11 point 1): the diff, the scores, the
+    """What makes the decision page stand alone: the diff, the scores, the
     judge's reason, the evidence of both sides in their steps, the cell that selected the
     unit, and the matrix before and after, all read from the iteration's records."""
     traces = TraceLookup(it.ctx.cdir)
