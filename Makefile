@@ -33,11 +33,17 @@ demo: setup
 		echo "+ deep-pipeline evaluate --quiet --rollouts 3 $$key"; \
 		$(BIN)/deep-pipeline evaluate --quiet --rollouts 3 "$$key"
 
+# Test files run in parallel (pytest-xdist), each file whole on one worker so its module-scoped
+# set-ups are made once; most of the suite waits on subprocesses, so 2 workers fit 2 cores.
+# PYTEST_WORKERS=0 runs everything in one process, one test after the other.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
+
 test: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_PARALLEL)
 
 test-fast: setup
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 # dagster dev through a launcher that makes Ctrl-C and SIGTERM stop it even when started in the background
 ui: setup

@@ -120,6 +120,18 @@ class DevToolsPage:
         path.write_bytes(data)
         return data
 
+    def settled_screenshot(self, path: Path, timeout: float = 30) -> bytes:
+        """The viewport's screenshot once two taken in a row match: an animated layout has come to
+        rest (polled, rather than a fixed sleep that is too short on a loaded machine)."""
+        last: list[bytes] = []
+
+        def still() -> bytes | None:
+            shot = self.screenshot(path, full_page=False)
+            same = bool(last) and last[-1] == shot
+            last[:] = [shot]
+            return shot if same else None
+        return wait_until("the page to stop moving", still, timeout, every=0.5)
+
     def close(self) -> None:
         self.stack.close()
         stop_group(self.proc)

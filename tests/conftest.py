@@ -20,6 +20,15 @@ import pytest
 os.environ.setdefault("DEEP_PIPELINE_MODEL_WORKER_IDLE_S", "15")
 
 
+def pytest_collection_modifyitems(items):
+    """Files holding slow tests first, the rest after, each file's tests kept together and in
+    order. `make test` hands whole files to its workers in this order (pytest-xdist
+    --dist loadfile): the long crash and daemon files start at once and the short files fill
+    in around them, rather than a long file starting last and running on alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the collection's order otherwise
+
+
 @pytest.fixture
 def scripted_llm(monkeypatch):
     """A fresh scripted litellm provider for one test (tests/scripted_llm.py), unregistered afterwards."""

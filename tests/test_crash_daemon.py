@@ -144,7 +144,7 @@ def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninte
             assert killer.at is not None, f"never reached {point}"
             before = snapshot(world)
             while not runs_ended(world.home, key) and time.monotonic() < deadline:
-                time.sleep(1)
+                time.sleep(0.5)
         finally:
             os.killpg(daemon.pid, signal.SIGTERM)
             daemon.wait(timeout=60)

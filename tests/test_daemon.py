@@ -55,11 +55,11 @@ def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path, dagster_st
         try:
             deadline = time.monotonic() + 300
             while not (home / "compiles" / key / "report.json").is_file() and time.monotonic() < deadline:
-                time.sleep(2)
+                time.sleep(0.5)
             # report.json is written inside the finalize run: stopping the daemon now would
             # interrupt that run's last steps, so wait until every run of the compile ended.
             while not runs_ended(home, key) and time.monotonic() < deadline:
-                time.sleep(1)
+                time.sleep(0.5)
         finally:
             os.killpg(daemon.pid, signal.SIGTERM)
             daemon.wait(timeout=60)

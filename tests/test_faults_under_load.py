@@ -109,7 +109,7 @@ def run_the_daemon(tmp: Path, home: Path, env: dict, keys: list[str]) -> None:
         deadline, quiet = time.monotonic() + 420, {}
         while not settled(home, keys, quiet):
             assert time.monotonic() < deadline, "the batch did not settle"
-            time.sleep(2)
+            time.sleep(0.5)
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
         daemon.wait(timeout=60)

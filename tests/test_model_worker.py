@@ -61,7 +61,7 @@ def test_a_killed_worker_is_replaced_on_the_next_send(home):
         transport.send(request(server))
         old = worker_pid(home)
         os.kill(old, signal.SIGKILL)
-        time.sleep(0.2)
+        wait_gone(old)
         again = transport.send(request(server))
     assert again.content == "ok" and worker_pid(home) != old
 
@@ -95,9 +95,22 @@ def test_an_idle_worker_exits_and_removes_its_state(home, monkeypatch):
     while list((home / "model_worker").glob("*.json")) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not list((home / "model_worker").glob("*.json"))
-    time.sleep(0.3)
-    stat_file = Path(f"/proc/{pid}/stat")  # gone, or a zombie this test process has not reaped
-    assert not stat_file.exists() or stat_file.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    wait_gone(pid)
+
+
+def gone(pid: int) -> bool:
+    """No such process, or a zombie this test process has not reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def wait_gone(pid: int, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not gone(pid):
+        assert time.monotonic() < deadline, f"process {pid} still running after {timeout:.0f} s"
+        time.sleep(0.02)
 
 
 def test_a_chat_rollouts_deadline_starts_once_the_worker_is_up(home, tmp_path):

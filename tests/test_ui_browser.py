@@ -19,7 +19,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +179,5 @@ def test_the_lineage_runs_from_the_inputs_through_the_matrix_and_the_iteration_t
     browser.goto(served.url + "/asset-groups")  # the global lineage (the left bar's "Lineage")
     # drawn as its groups, left to right in pipeline order: inputs, matrix, iteration, output, evaluation
     browser.wait_for_text("Global asset lineage", "inputs", "matrix", "iteration", "output", timeout=90)
-    time.sleep(2)  # the graph's layout is animated in
-    shot = browser.screenshot(SHOTS / "lineage.png", full_page=False)
+    shot = browser.settled_screenshot(SHOTS / "lineage.png")  # the graph's layout is animated in
     assert len(shot) > 30_000, "a drawn graph, not a blank page"
