@@ -232,7 +232,7 @@ def _status(args: argparse.Namespace) -> int:
         accepted = sum(d.accepted for d in s.decisions)
         where = s.state if s.state == "finalized" else f"{s.state}, next: {s.next_step}"
         if s.failure:
-            where += f" ({failure_line(s.failure)})"
+            where += f" ({s.failure.waiting or failure_line(s.failure)})"
         print(f"{s.compile_key}\t{s.task_name}\t{len(s.decisions)} iterations, {accepted} accepted\t{where}")
     return 0
 
