@@ -25,6 +25,9 @@ def exec_with_default_interrupts(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Dagster's gRPC calls to the code server give up after 60 s; a loaded 2-core machine
+    # answered slower than that (README, "Timeouts under load"). A value set outside wins.
+    os.environ.setdefault("DAGSTER_GRPC_TIMEOUT_SECONDS", "300")
     dagster = Path(sys.executable).parent / "dagster"
     exec_with_default_interrupts([str(dagster) if dagster.is_file() else "dagster", "dev",
                                   *(sys.argv[1:] if argv is None else argv)])
