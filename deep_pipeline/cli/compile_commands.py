@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("compile_key", metavar="COMPILE")
     r.add_argument("--config", type=Path, metavar="FILE", help="YAML of the settings that are not the compile's identity, "
                    "to change before carrying on: judge_timeout_s, editor_timeout_s, agent_timeout_s, "
-                   "judge_api_key_env, editor_api_key_env, agent_api_key_env")
+                   "judge_api_key_env, editor_api_key_env, agent_api_key_env, step_launch_attempts, step_retry_backoff_s")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--json", action="store_true", help=JSON_HELP)
     r.set_defaults(handler=_resume)
@@ -232,7 +232,7 @@ def _status(args: argparse.Namespace) -> int:
         accepted = sum(d.accepted for d in s.decisions)
         where = s.state if s.state == "finalized" else f"{s.state}, next: {s.next_step}"
         if s.failure:
-            where += f" ({failure_line(s.failure)})"
+            where += f" ({s.failure.waiting or failure_line(s.failure)})"
         print(f"{s.compile_key}\t{s.task_name}\t{len(s.decisions)} iterations, {accepted} accepted\t{where}")
     return 0
 

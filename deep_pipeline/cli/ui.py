@@ -38,6 +38,9 @@ def start_report_server() -> subprocess.Popen:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Dagster's gRPC calls to the code server give up after 60 s; a loaded 2-core machine
+    # answered slower than that (README, "Timeouts under load"). A value set outside wins.
+    os.environ.setdefault("DAGSTER_GRPC_TIMEOUT_SECONDS", "300")
     dagster = Path(sys.executable).parent / "dagster"
     start_report_server()  # a port in use is said on stderr by the child; the UI starts all the same
     exec_with_default_interrupts([str(dagster) if dagster.is_file() else "dagster", "dev",

@@ -91,6 +91,7 @@ DEFAULT_DIMENSIONS: tuple[Dimension, ...] = (
 OPERATIONAL_SETTINGS: frozenset[str] = frozenset({
     "judge_api_key_env", "editor_api_key_env", "agent_api_key_env",
     "judge_timeout_s", "editor_timeout_s", "agent_timeout_s",
+    "step_launch_attempts", "step_retry_backoff_s",
 })
 # An environment variable's name (never its value: a value in the config would land on disk).
 VARIABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -122,6 +123,10 @@ class CompileConfig(BaseModel):
     judge_timeout_s: float | None = Field(default=None, gt=0, le=DURATION_MAX_S)
     editor_timeout_s: float | None = Field(default=None, gt=0, le=DURATION_MAX_S)
     agent_timeout_s: float | None = Field(default=None, gt=0, le=DURATION_MAX_S)
+    # The loop sensor's runs of one step, the first included, when a run fails outside the
+    # step's own work (core/retry.py); each retry waits step_retry_backoff_s x 1, 2, 4...
+    step_launch_attempts: int = Field(default=3, ge=1, le=10)
+    step_retry_backoff_s: float = Field(default=10.0, ge=0, le=3600)
     # Rollouts are samples of what the agent does (SPEC §6.4, §10's pass rates): the agent's
     # model samples. The judge is asked for a verdict: deterministic unless compare_samples
     # should see its spread; the editor stays at 0.

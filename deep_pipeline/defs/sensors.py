@@ -4,24 +4,29 @@ A plain `@sensor` (an `@asset_sensor` only sees the latest event per tick and wo
 some, dagster#32853). Its JSON cursor holds the last storage id read per watched asset
 and the compile keys already seen, so each tick only looks at compiles that changed.
 The run key `<step kind>:<partition key>` makes a repeated or concurrent tick harmless:
-Dagster never launches a run key twice.
+Dagster never launches a run key twice. A step whose run failed outside its own work (a
+launch failure, a killed worker) is asked for again under `<run key>:<n>`, n its failed runs
+so far, up to `step_launch_attempts` runs with backoff (core/retry.py, defs/retries.py).
 """
 
 
 import json
+import time
 
 import dagster as dg
 
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.jobs import ASSET_JOBS
+from deep_pipeline.core.retry import RetryPlan, gave_up_line, waiting_line
+from deep_pipeline.defs.retries import compiles_failed_since, plan_step, step_key_tags
 from deep_pipeline.runtime.driver import driven_elsewhere
 from deep_pipeline.runtime.sweep import release_dead_runs
-from deep_pipeline.runtime.tags import job_name, run_tags
+from deep_pipeline.runtime.tags import NO_RETRY_TAG, job_name, run_tags
 from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET
 from deep_pipeline.engine.steps import next_step
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.context import CompileHandle
-from deep_pipeline.engine.failures import last_failure
+from deep_pipeline.engine.failures import last_failure, record_failure
 from deep_pipeline.engine.status import failure_line
 from deep_pipeline.errors import InputError, StepError
 
@@ -35,7 +40,9 @@ def _compile_of(partition_key: str) -> str:
 
 def read_cursor(raw: str | None) -> dict:
     data = json.loads(raw) if raw else {}
-    return {"ids": data.get("ids", {}), "seen": data.get("seen", []), "pending": data.get("pending", [])}
+    # failed_after: the update time of the last failed run looked at (defs/retries.py).
+    return {"ids": data.get("ids", {}), "seen": data.get("seen", []), "pending": data.get("pending", []),
+            "failed_after": data.get("failed_after")}
 
 
 def touched_compiles(instance: dg.DagsterInstance, cursor: dict) -> set[str]:
@@ -63,12 +70,16 @@ def touched_compiles(instance: dg.DagsterInstance, cursor: dict) -> set[str]:
     return touched | new | set(cursor["pending"])
 
 
-def requests_for(ctx: CompileHandle) -> tuple[dg.RunRequest | None, dg.AddDynamicPartitionsRequest | None]:
-    step = next_step(ctx)
+def requests_for(ctx: CompileHandle, step=None, plan: RetryPlan | None = None
+                 ) -> tuple[dg.RunRequest | None, dg.AddDynamicPartitionsRequest | None]:
+    step = step or next_step(ctx)
     if step is None:
         return None, None
-    run = dg.RunRequest(run_key=step.run_key, job_name=job_name(ASSET_JOBS, step), partition_key=step.partition_key,
-                        tags=run_tags(ctx.cdir.key))
+    run_key = plan.run_key(step.run_key) if plan else step.run_key
+    # Dagster's own run retry is off for these runs: the sensor is their one retrier, and it
+    # leaves a step that failed on its own to a person (README, "When a step fails").
+    tags = {**run_tags(ctx.cdir.key), **step_key_tags(step), NO_RETRY_TAG: "0"}
+    run = dg.RunRequest(run_key=run_key, job_name=job_name(ASSET_JOBS, step), partition_key=step.partition_key, tags=tags)
     add = None
     if PARTITION_SET[step.kind] != COMPILES:
         add = dg.AddDynamicPartitionsRequest(partitions_def_name=PARTITION_SET[step.kind], partition_keys=[step.partition_key])
@@ -96,32 +107,68 @@ def compile_loop_sensor(context: dg.SensorEvaluationContext, store: CompileStore
     cursor = read_cursor(context.cursor)
     # A run worker killed mid-step would hold its llm slot for good (SPEC §9).
     release_dead_runs(context.instance, context.log.warning)
+    now = time.time()
+    failed, cursor["failed_after"] = compiles_failed_since(context.instance, cursor.get("failed_after"), now)
     runs, adds, pending, why = [], [], [], []
-    for key in sorted(touched_compiles(context.instance, cursor)):
+    for key in sorted(touched_compiles(context.instance, cursor) | failed):
         try:
             ctx = store.context(key)
             if _driven_elsewhere(ctx):
                 pending.append(key)
                 why.append(f"{key}: driven elsewhere (a CLI driver or a compile job holds its lock)")
                 continue
-            if (failure := last_failure(ctx.cdir)) is not None:
+            if (failure := last_failure(ctx.cdir)) is not None and failure.waiting is None:
                 # Not relaunched merely because the sensor (re)started, e.g. with the UI: a failed
                 # step costs model calls each time; a person resumes it once mended (README).
                 why.append(f"{key}: not relaunched: its last step run failed ({failure_line(failure)}); "
                            f"`deep-pipeline resume {key}` or re-executing that run carries it on")
                 continue
-            run, add = requests_for(ctx)
+            run, add = _next_run(context, ctx, now, pending, why)
         except (StepError, InputError, ValueError) as exc:
             context.log.warning(f"{key}: skipped: {exc}")
             why.append(f"{key}: skipped: {exc}")
             continue
         if run is not None:
             runs.append(run)
-        else:
-            why.append(f"{key}: finished, nothing left to run")
         if add is not None:
             adds.append(add)
     cursor["pending"] = pending
     # The tick's history in the UI says which compiles were looked at and why none got a run.
     skip = None if runs else ("; ".join(why) or "no compile changed since the last tick")
+    if runs and why:
+        context.log.info("; ".join(why))  # a waiting compile is named on a tick that requested others
     return dg.SensorResult(run_requests=runs, dynamic_partitions_requests=adds, cursor=json.dumps(cursor), skip_reason=skip)
+
+
+def _next_run(context: dg.SensorEvaluationContext, ctx: CompileHandle, now: float, pending: list[str], why: list[str]):
+    """The compile's next run request, as its step's failed runs allow (core/retry.py)."""
+    key, config = ctx.cdir.key, ctx.config
+    step = next_step(ctx)
+    if step is None:
+        why.append(f"{key}: finished, nothing left to run")
+        return None, None
+    plan = plan_step(context.instance, step, config.step_launch_attempts, config.step_retry_backoff_s, now)
+    if plan is None:
+        why.append(f"{key}: {step.run_key} has a run queued or running")
+        return None, None
+    if plan.last is None:
+        return requests_for(ctx, step, plan)
+    if plan.give_up:
+        line = gave_up_line(step.run_key, plan, key)
+        record_failure(ctx.cdir, plan.last.run_id, step.partition_key, step.kind, line, at=plan.last.ended_at)
+        context.log.warning(f"{key}: failed: {line}")
+        why.append(f"{key}: failed: {line}")
+        return None, None
+    waiting = waiting_line(step.run_key, plan)
+    previous = last_failure(ctx.cdir)
+    if previous is None or previous.waiting != waiting:  # `status` names the compile while it waits
+        record_failure(ctx.cdir, plan.last.run_id, step.partition_key, step.kind, plan.last.reason,
+                       waiting=waiting, at=plan.last.ended_at)
+    if plan.wait_until is not None:
+        pending.append(key)  # looked at again every tick until its retry is due
+        why.append(f"{key}: {waiting}, not before {time.strftime('%H:%M:%S', time.gmtime(plan.wait_until))} UTC")
+        return None, None
+    context.log.info(f"{key}: retrying {step.run_key} (attempt {plan.attempt} of {plan.attempts}) after run "
+                     f"{plan.last.run_id} failed: {plan.last.reason}")
+    why.append(f"{key}: {waiting}: requested")
+    return requests_for(ctx, step, plan)

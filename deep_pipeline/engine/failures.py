@@ -34,18 +34,24 @@ class StepFailure(BaseModel):
     step: str  # the job or step that failed, e.g. "iteration_job"
     error: str  # one line
     at: float  # epoch seconds
+    # Set by the loop sensor while it will retry the step (core/retry.py), e.g. "waiting to
+    # retry iteration ... (attempt 2 of 3) after run ... failed: ..."; None: nothing will.
+    waiting: str | None = None
 
 
 def failure_path(cdir: CompileDir):
     return cdir.path / FAILURE_FILE
 
 
-def record_failure(cdir: CompileDir, run_id: str, partition: str, step: str, error: str) -> None:
+def record_failure(cdir: CompileDir, run_id: str, partition: str, step: str, error: str,
+                   waiting: str | None = None, at: float | None = None) -> None:
     """Say the step failed. Never masks the failure it records: a folder gone or unwritable is skipped."""
     if not cdir.path.is_dir():
         return
     # A provider's error may echo what it was sent: our keys are blanked out before it is kept.
-    failure = StepFailure(run_id=run_id, partition=partition, step=step, error=one_line(redact(error), 600), at=time.time())
+    failure = StepFailure(run_id=run_id, partition=partition, step=step, error=one_line(redact(error), 600),
+                          at=time.time() if at is None else at,
+                          waiting=None if waiting is None else one_line(redact(waiting), 800))
     try:
         atomic_write_json(failure_path(cdir), failure)
     except OSError:

@@ -37,7 +37,7 @@ class CompileStatus(BaseModel):
     compile_key: str
     task_name: str
     skill_name: str
-    state: str  # "finalized", "failed", "running" or "budget_exhausted"
+    state: str  # "finalized", "failed", "waiting_retry", "running" or "budget_exhausted"
     next_step: str | None = None  # what the policy asks for next, while not finalized
     failure: StepFailure | None = None  # the last step run's failure, while no step has ended since
     levels: list[LevelSummary]
@@ -77,10 +77,13 @@ def compile_status(ctx: CompileHandle) -> CompileStatus:
 
 def compile_state(finalized: bool, failure: StepFailure | None, budget_exhausted: bool) -> str:
     """One word for where the compile is: a failed last step run is "failed", not "running"
-    (nothing carries the compile on until it is resumed)."""
+    (nothing carries the compile on until it is resumed), or "waiting_retry" while the loop
+    sensor will run that step again."""
     if finalized:
         return "finalized"
-    return "failed" if failure else "budget_exhausted" if budget_exhausted else "running"
+    if failure:
+        return "waiting_retry" if failure.waiting else "failed"
+    return "budget_exhausted" if budget_exhausted else "running"
 
 
 def failure_line(failure: StepFailure) -> str:
@@ -92,7 +95,9 @@ def format_status(status: CompileStatus) -> str:
     """The detailed, human form of one compile's status."""
     lines = [f"{status.compile_key}  ({status.skill_name} on task {status.task_name})",
              f"state: {status.state}" + (f"; next step: {status.next_step}" if status.next_step else "")]
-    if status.failure:
+    if status.failure and status.failure.waiting:
+        lines.append(status.failure.waiting)
+    elif status.failure:
         lines.append(f"last step failed: {failure_line(status.failure)}")
     for level in status.levels:
         where = f" in {level.section_id}" if level.section_id else ""
