@@ -111,14 +111,13 @@ class Critical:
 
 
 def _phase(step_key: str) -> tuple[str, bool]:
-    """(phase, concurrent?): a matrix's columns run `parallel` at once; edit attempts and the
-    comparison's orders and samples are sequential (llm/comparator.py loops over them)."""
+    """(phase, concurrent?): a matrix's columns and a comparison's orders and samples are
+    independent calls, `parallel` at once at best; edit attempts are sequential (each feeds
+    the next its problem)."""
     parts = step_key.split("/")
-    if "column" in parts:
-        return "/".join(parts[: parts.index("column") + 1]), True
-    for name in ("edit", "compare"):
+    for name, concurrent in (("column", True), ("compare", True), ("edit", False)):
         if name in parts:
-            return "/".join(parts[: parts.index(name) + 1]), False
+            return "/".join(parts[: parts.index(name) + 1]), concurrent
     return step_key, False
 
 

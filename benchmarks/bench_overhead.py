@@ -1,7 +1,7 @@
 """What a compile costs beyond its model calls and rollouts, on each way of running one.
 
     .venv/bin/python benchmarks/bench_overhead.py [--paths cli,job,daemon] [--repeat 1]
-        [--latency 2] [--agent-seconds 5] [--rollouts 2] [--tree PATH]
+        [--latency 2] [--agent-seconds 5] [--rollouts 2] [--load 0] [--tree PATH]
 
 One compile per path and repeat, each on a fresh DAGSTER_HOME (a temporary folder with the
 instance dagster.yaml of the tree under test) and fresh inputs (tests/compile_world.py):
@@ -26,13 +26,16 @@ of every process the path started (driver, `dagster` CLI, daemon, code server, r
 workers, agents), from getrusage(RUSAGE_CHILDREN) after they ended: this process is a
 child subreaper, so run workers a daemon launched are reaped here and counted too; the
 daemon's CPU until it was ready (/proc) is left out. The model server is a thread of this
-process and not counted. With --repeat N it prints min and median of each.
+process and not counted. With --repeat N it prints min and median of each. --load N starts N
+CPU-bound processes (a busy loop each) beside the measured path for the whole run.
 The machine is shared and small: figures are noisy, compare runs made together.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import subprocess
 import sys
 import tempfile
 import time
@@ -130,6 +133,19 @@ def run_once(path: str, tree: Tree, work: Path, args: argparse.Namespace) -> Sam
     return Sample(wall, cpu, critical_path(cdir, args.latency, args.agent_seconds))
 
 
+@contextlib.contextmanager
+def cpu_load(n: int):
+    """`n` busy-looping processes beside the measured path. Their CPU is not counted: they
+    live (unreaped) until every sample's CPU has been read."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
 def fmt(values: list[float], digits: int = 2) -> str:
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
@@ -155,19 +171,21 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per model call")
     parser.add_argument("--agent-seconds", type=float, default=5.0, help="seconds per rollout")
     parser.add_argument("--rollouts", type=int, default=2, help="rollouts per batch")
+    parser.add_argument("--load", type=int, default=0, help="CPU-bound processes running beside the measured path")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the source tree under test (default: this checkout)")
     args = parser.parse_args()
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     bad = [p for p in paths if p not in PATHS]
-    if bad or not paths or args.repeat < 1:
-        print(f"--paths: expected some of {','.join(PATHS)} and --repeat >= 1, got {args.paths!r}, {args.repeat}", file=sys.stderr)
+    if bad or not paths or args.repeat < 1 or args.load < 0:
+        print(f"--paths: expected some of {','.join(PATHS)}, --repeat >= 1 and --load >= 0, "
+              f"got {args.paths!r}, {args.repeat}, {args.load}", file=sys.stderr)
         return 2
     tree = Tree(args.tree.resolve())
     become_subreaper()
     print(f"# bench_overhead: latency {args.latency} s/call, agent {args.agent_seconds} s/rollout, "
-          f"{args.rollouts} rollouts; tree {tree.root}; {machine()}")
+          f"{args.rollouts} rollouts, load {args.load}; tree {tree.root}; {machine()}")
     results: dict[str, list[Sample]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench_overhead_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench_overhead_") as tmp, cpu_load(args.load):
         for n in range(args.repeat):
             for path in paths:
                 try:

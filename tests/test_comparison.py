@@ -13,7 +13,7 @@ import pytest
 from deep_pipeline.core.comparison import check_claims, mean_score, order_disagreement, unblind
 from deep_pipeline.core.decision import candidate_label, order_seed
 from deep_pipeline.core.keys import batch_name, iteration_key
-from deep_pipeline.core.models import NO_IMPROVEMENT, REGRESSED_PREFIX, CompareCall, Trace, TraceStep
+from deep_pipeline.core.models import BUDGET_EXHAUSTED, NO_IMPROVEMENT, REGRESSED_PREFIX, CompareCall, Trace, TraceStep
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.records import ComparisonRecord
@@ -214,3 +214,79 @@ def test_the_agent_samples_and_the_judge_samples_only_when_asked(tmp_path, scrip
     judge = {r.params["temperature"] for r in scripted_llm.requests_for("judge")}
     editor = {r.params["temperature"] for r in scripted_llm.requests_for("editor")}
     assert (agent, judge, editor) == ({0.7}, {0.8}, {0.0})
+
+
+class Overlap:
+    """A comparison judge that holds each order call until its pair arrives (or a generous
+    wait ends): it records how many compare calls were in flight together at most."""
+
+    def __init__(self, answer) -> None:
+        import threading
+
+        self.answer, self.in_flight, self.peak = answer, 0, 0
+        self.lock = threading.Condition()
+
+    def __call__(self, request, candidate_is_a):
+        with self.lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            self.lock.notify_all()
+            # Sequential calls never meet: the first waits the whole minute, then the test fails.
+            self.lock.wait_for(lambda: self.in_flight >= 2 or self.peak >= 2, timeout=60)
+        try:
+            return self.answer(request, candidate_is_a)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def test_a_comparisons_two_order_calls_are_in_flight_together_and_decide_as_before(tmp_path, scripted_llm):
+    judge = Overlap(prefers_position_a)
+    ctx, report = compile_with(tmp_path, scripted_llm, judge, parallel=2)
+    assert judge.peak == 2
+    # The verdict keeps the seeded order first, whichever answer came back first.
+    for decision, record in zip(report.decisions, comparisons(ctx, report)):
+        assert [c.candidate_label for c in record.comparison.calls] == [decision.candidate_label, "AB".replace(decision.candidate_label, "")]
+        assert decision.reason == NO_IMPROVEMENT and decision.order_disagreement is True
+
+
+def test_with_parallel_1_the_order_calls_go_one_after_the_other(tmp_path, scripted_llm):
+    calls = []
+
+    def judge(request, candidate_is_a):
+        calls.append(candidate_is_a)
+        return verdict(3, 3)
+
+    _, report = compile_with(tmp_path, scripted_llm, judge, parallel=1)
+    assert report.decisions and len(calls) == 2 * len(report.decisions)
+
+
+def test_a_budget_with_room_for_one_call_of_the_pair_sends_exactly_one(tmp_path, scripted_llm):
+    # A first compile counts the calls made before the first comparison.
+    (tmp_path / "free").mkdir()
+    (tmp_path / "tight").mkdir()
+    free, _ = compile_with(tmp_path / "free", scripted_llm, lambda r, a: verdict(3, 3))
+    log = read_calls(free.cdir.calls_log)
+    before = next(i for i, c in enumerate(log) if "/compare" in c.step_key)
+    ctx, report = compile_with(tmp_path / "tight", scripted_llm, lambda r, a: verdict(3, 3),
+                               max_calls=before + 1, parallel=3)
+    first = report.decisions[0]
+    assert first.reason == BUDGET_EXHAUSTED
+    record = read_model(ctx.cdir.iteration_dir(first.level, first.index) / "comparison.json", ComparisonRecord)
+    assert record.skipped == "budget_exhausted"
+    sent = read_calls(ctx.cdir.calls_log)
+    assert len(sent) == before + 1  # never more than max_calls, with the pair in flight together
+    assert len([c for c in sent if "/compare" in c.step_key]) == 1
+
+
+def test_a_usd_budget_counts_the_worst_case_of_calls_in_flight():
+    from deep_pipeline.llm.accounting import CallRecord
+    from deep_pipeline.llm.budget import Budget, BudgetExhausted
+
+    budget = Budget(max_usd=1.0)
+    held = budget.reserve(0.6)
+    with pytest.raises(BudgetExhausted, match="in flight"):
+        budget.reserve(0.6)  # together the two could cost 1.2
+    budget.add(CallRecord(step_key="k", role="judge", model="m", attempt=1, prompt_tokens=1, completion_tokens=1,
+                          cached_tokens=None, cost_usd=0.1, latency_s=0.0, cache_hit=False), held)
+    budget.reserve(0.6)  # 0.1 spent + 0.6 in flight: within the cap

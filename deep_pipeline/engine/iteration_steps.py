@@ -237,6 +237,7 @@ def comparison_step(it: Iteration, edit: EditRecord, rollouts: RolloutsRecord) -
                 dimension=ctx.dimension(edit.coordinate.dimension),
                 incumbent_traces=incumbent, candidate_traces=candidate, order_seed=order_seed(it.key),
                 orders=cfg.compare_orders, samples=cfg.compare_samples, need_evidence=cfg.regressions_need_evidence,
+                parallel=cfg.parallel,
             )
         except BudgetExhausted:
             return ComparisonRecord(skipped="budget_exhausted")

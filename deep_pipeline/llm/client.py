@@ -302,16 +302,17 @@ class ModelClient:
                 if timeout_s <= 0:
                     raise StepError(f"{self.describe(step_key)}: its deadline passed before it could be resent")
             cut_by_deadline = deadline is not None and timeout_s < self.settings.timeout_s
+            reserved = 0.0
             if self.budget is not None:
                 estimate = self._estimate_usd(model, messages) if self.budget.max_usd is not None else None
-                self.budget.reserve(estimate)  # raises BudgetExhausted before anything is sent
+                reserved = self.budget.reserve(estimate)  # raises BudgetExhausted before anything is sent
             sent = self.transport.send(SendRequest(
                 model=model, api_base=api_base, api_key=api_key, messages=messages, response_format=answer_format,
                 temperature=self.settings.temperature, max_tokens=self.settings.max_tokens, timeout_s=timeout_s,
                 free=self.is_local))
         record = self._record(step_key, attempt, sent)
         if self.budget is not None:
-            self.budget.add(record)
+            self.budget.add(record, reserved)
         if sent.error is None:
             return sent.content or "", record
         self._log(record)

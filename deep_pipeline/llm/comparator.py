@@ -36,26 +36,66 @@ def compare_cell(
     orders: int = 2,
     samples: int = 1,
     need_evidence: bool = True,
+    parallel: int = 1,
     **cell,
 ) -> tuple[Comparison, list[CallRecord]]:
-    """Every call `orders` x `samples` asks, one after another, then their verdict.
+    """Every call `orders` x `samples` asks, up to `parallel` in flight together, then their verdict.
 
     `cell` is what each call shows, as `compare_once` names it: task_prompt, unit,
     old_text, new_text, dimension, incumbent_traces, candidate_traces. One order and one
     sample is the original single call under its original cache key; with more, each
-    call's key names its order and sample, so a resume repeats none.
+    call's key names its order and sample, so a resume repeats none. The calls are
+    independent, so they are sent together; the verdict and the records keep the plan's
+    order whatever order the answers came in. The client's budget reserves each call before
+    it is sent, so calls in flight together never overshoot it (llm/budget.py).
     """
     plan = call_orders(orders, samples, order_seed)
     single = len(plan) == 1
-    made: list[CompareCall] = []
-    records: list[CallRecord] = []
-    for label, sample in plan:
+
+    def ask(client_: ModelClient, label: Literal["A", "B"], sample: int) -> tuple[CompareCall, list[CallRecord]]:
         key = compare_call_key(iteration_key) if single else compare_call_key(iteration_key, label, sample)
-        call, calls = compare_once(client, step_key=key, candidate_label=label, sample=sample,
-                                   need_evidence=need_evidence, **cell)
-        made.append(call)
-        records += calls
+        return compare_once(client_, step_key=key, candidate_label=label, sample=sample,
+                            need_evidence=need_evidence, **cell)
+
+    if single or parallel <= 1:
+        answers = [ask(client, label, sample) for label, sample in plan]
+    else:
+        answers = _ask_together(client, plan, parallel, ask)
+    made = [call for call, _ in answers]
+    records = [record for _, calls in answers for record in calls]
     return combine(made, order_seed), records
+
+
+def _ask_together(client: ModelClient, plan: list, parallel: int, ask) -> list:
+    """`ask` for every (label, sample) of `plan` on up to `parallel` threads, answers in plan order.
+
+    Every call is waited for, so an answer that came is cached and logged before the step
+    fails; a failed call stops the others' resends (ModelClient.stop). A step failure wins
+    over a spent budget (the step is then retried, as it would be had the failed call been
+    sent first), and the first failure in plan order is the one raised.
+    """
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    from deep_pipeline.llm.budget import BudgetExhausted
+
+    view = client.stoppable()
+
+    def one(label, sample):
+        try:
+            return ask(view, label, sample)
+        except BudgetExhausted:
+            raise
+        except BaseException:
+            view.stop()
+            raise
+
+    with ThreadPoolExecutor(max_workers=min(parallel, len(plan)), thread_name_prefix="compare") as pool:
+        futures = [pool.submit(one, label, sample) for label, sample in plan]
+        wait(futures)
+    failures = [f.exception() for f in futures if f.exception() is not None]
+    if failures:
+        raise next((e for e in failures if not isinstance(e, BudgetExhausted)), failures[0])
+    return [f.result() for f in futures]
 
 
 def compare_once(
