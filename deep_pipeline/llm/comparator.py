@@ -72,11 +72,12 @@ def _ask_together(client: ModelClient, plan: list, parallel: int, ask) -> list:
     Every call is waited for, so an answer that came is cached and logged before the step
     fails; a failed call stops the others' resends (ModelClient.stop). A step failure wins
     over a spent budget (the step is then retried, as it would be had the failed call been
-    sent first), and the first failure in plan order is the one raised.
+    sent first) and over a call it stopped; among equals, the first in plan order is raised.
     """
     from concurrent.futures import ThreadPoolExecutor, wait
 
     from deep_pipeline.llm.budget import BudgetExhausted
+    from deep_pipeline.llm.client import StoppedByFailure
 
     view = client.stoppable()
 
@@ -94,7 +95,9 @@ def _ask_together(client: ModelClient, plan: list, parallel: int, ask) -> list:
         wait(futures)
     failures = [f.exception() for f in futures if f.exception() is not None]
     if failures:
-        raise next((e for e in failures if not isinstance(e, BudgetExhausted)), failures[0])
+        # The call that failed, not one it stopped (StoppedByFailure) nor a spent budget.
+        ranked = sorted(failures, key=lambda e: (isinstance(e, BudgetExhausted), isinstance(e, StoppedByFailure)))
+        raise ranked[0]
     return [f.result() for f in futures]
 
 
