@@ -93,12 +93,18 @@ OPERATIONAL_SETTINGS: frozenset[str] = frozenset({
     "judge_timeout_s", "editor_timeout_s", "agent_timeout_s",
     "step_launch_attempts", "step_retry_backoff_s",
 })
+# Decision settings added after compiles were first keyed: in a compile's identity only when set
+# away from their default. Left in at the default they would change every compile key made before
+# they existed; left out there, a default is part of the code, as the rules themselves are, and a
+# compile that sets one (a task set that tolerates more loss on one task) gets a key of its own.
+IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss"})
 # An environment variable's name (never its value: a value in the config would land on disk).
 VARIABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class CompileConfig(BaseModel):
-    """A compile's effective settings; all but OPERATIONAL_SETTINGS are its identity (SPEC §2)."""
+    """A compile's effective settings; all but OPERATIONAL_SETTINGS are its identity (SPEC §2),
+    IDENTITY_WHEN_SET only when not at their default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -143,6 +149,9 @@ class CompileConfig(BaseModel):
     rejection_limit: int = Field(default=2, ge=1)
     parallel: int = Field(default=3, ge=1, le=32)  # model calls in flight per compile
     min_gain: float = Field(default=0.5, gt=0)
+    # A task set (SPEC §11): an edit whose delta on any one training task is below -max_task_loss
+    # is rejected, whatever the mean gain; a compile of one task never reaches that rule.
+    max_task_loss: float = Field(default=0.5, ge=0)
     # The comparison (SPEC §6.5): 2 orders cancel the judge's preference for a position;
     # samples repeat each order; a regression counts only with a quote from a trace.
     compare_orders: Literal[1, 2] = 2
@@ -157,7 +166,8 @@ class CompileConfig(BaseModel):
 
     def identity_settings(self) -> dict:
         """The settings that make the compile's identity (SPEC §2), as JSON values."""
-        return self.model_dump(mode="json", exclude=set(OPERATIONAL_SETTINGS))
+        at_default = {name for name in IDENTITY_WHEN_SET if getattr(self, name) == type(self).model_fields[name].default}
+        return self.model_dump(mode="json", exclude=set(OPERATIONAL_SETTINGS) | at_default)
 
     @property
     def dimension_names(self) -> list[str]:

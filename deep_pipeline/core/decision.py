@@ -1,4 +1,4 @@
-"""The decision rule of one iteration (SPEC §6.5–§6.6) and the blind A/B order.
+"""The decision rule of one iteration (SPEC §6.5–§6.6, §11 per task) and the blind A/B order.
 
 Regression list format: the judge's `runtime_regressions` (core/comparison.py: one item
 per valid claim, `<kind> (<trace id> step <n>)`, or `<kind>` for a face-value claim that
@@ -7,7 +7,8 @@ ones dropped, duplicates dropped (first kept), commas replaced by ';' (the list 
 comma-joined); then `timeout` is appended when the candidate's timed-out share is higher
 than the incumbent's and the judge did not already name it. The reason is
 `runtime_regressed:` + the items joined by `,`, e.g.
-`runtime_regressed:failed_command (section-i00-r1 step 3),timeout`.
+`runtime_regressed:failed_command (section-i00-r1 step 3),timeout`. In a task set of more
+than one training task the first task with any is named: `runtime_regressed:<task>:<items>`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from deep_pipeline.core.models import (
     NO_IMPROVEMENT,
     NOT_RELEVANT,
     REGRESSED_PREFIX,
+    TASK_REGRESSED_PREFIX,
     Comparison,
+    TaskComparison,
+    TaskDecision,
     Trace,
 )
 
@@ -64,17 +68,48 @@ def decide(
     candidate_traces: list[Trace],
     min_gain: float,
 ) -> tuple[bool, str, float]:
-    """(accepted, reason, delta): the first rule of SPEC §6.6 that applies."""
+    """(accepted, reason, delta): the first rule of SPEC §6.6 that applies.
+
+    A compile of one task is a task set of one training task (SPEC §11): the same rule.
+    """
+    one = TaskComparison(task="", comparison=comparison, incumbent_traces=incumbent_traces,
+                         candidate_traces=candidate_traces)
+    verdict = decide_tasks([one], min_gain, max_task_loss=0.0)
+    return verdict.accepted, verdict.reason, verdict.delta
+
+
+def decide_tasks(compared: list[TaskComparison], min_gain: float, max_task_loss: float) -> TaskDecision:
+    """The first rule of SPEC §6.6 / §11 that applies, over every training task's comparison.
+
+    Tasks are named in a reason only when there is more than one: with one task the reasons
+    are exactly §6.6's. With one task the per-task loss rule can never fire first either
+    (its delta below -max_task_loss <= 0 < min_gain already fails the gain), so it is skipped
+    and the reason stays `target_cell_did_not_improve`. A rule naming a task names the first
+    such task in the set's order; every task's delta and regressions are recorded.
+    """
+    if not compared:
+        raise ValueError("a decision needs at least one task's comparison")
+    named = len(compared) > 1
     # Means of up to 10 calls: rounding keeps a delta of exactly min_gain from reading 0.49999….
-    delta = round(float(comparison.candidate_score - comparison.incumbent_score), 9)
-    if not comparison.task_relevant:
-        return False, NOT_RELEVANT, delta
-    found = regressions(comparison, incumbent_traces, candidate_traces)
+    deltas = {c.task: round(float(c.comparison.candidate_score - c.comparison.incumbent_score), 9) for c in compared}
+    delta = round(sum(deltas.values()) / len(deltas), 9)
+    found = {c.task: items for c in compared
+             if (items := regressions(c.comparison, c.incumbent_traces, c.candidate_traces))}
+
+    def verdict(accepted: bool, reason: str) -> TaskDecision:
+        return TaskDecision(accepted=accepted, reason=reason, delta=delta, task_deltas=deltas, task_regressions=found)
+
+    if not any(c.comparison.task_relevant for c in compared):
+        return verdict(False, NOT_RELEVANT)
     if found:
-        return False, REGRESSED_PREFIX + ",".join(found), delta
+        task, items = next(iter(found.items()))
+        return verdict(False, REGRESSED_PREFIX + (f"{task}:" if named else "") + ",".join(items))
+    lost = [task for task, task_delta in deltas.items() if task_delta < -max_task_loss]
+    if named and lost:
+        return verdict(False, TASK_REGRESSED_PREFIX + lost[0])
     if delta < min_gain:
-        return False, NO_IMPROVEMENT, delta
-    return True, ACCEPTED, delta
+        return verdict(False, NO_IMPROVEMENT)
+    return verdict(True, ACCEPTED)
 
 
 def order_seed(iteration_key: str) -> int:

@@ -23,6 +23,7 @@ ACCEPTED = "target_improved_without_runtime_regression"
 NOT_RELEVANT = "target_unit_not_task_relevant"
 REGRESSED_PREFIX = "runtime_regressed:"
 NO_IMPROVEMENT = "target_cell_did_not_improve"
+TASK_REGRESSED_PREFIX = "task_regressed:"  # a task set's edit lost too much on one task (SPEC §11)
 EXACT_DUPLICATE = "exact_duplicate_rejected_edit"
 EDIT_VALIDATION_EXHAUSTED = "edit_validation_exhausted"
 BUDGET_EXHAUSTED = "budget_exhausted"
@@ -257,6 +258,26 @@ class Comparison(Record):
     order_seed: int = 0
     calls: list[CompareCall] = Field(default_factory=list)
     order_disagreement: bool | None = None  # None: one order only
+
+
+class TaskComparison(Record):
+    """One training task's comparison and the traces it was made on (SPEC §11): what the
+    decision rule reads per task. A compile of one task has exactly one."""
+
+    task: str
+    comparison: Comparison
+    incumbent_traces: list[Trace] = Field(default_factory=list)
+    candidate_traces: list[Trace] = Field(default_factory=list)
+
+
+class TaskDecision(Record):
+    """The decision rule's verdict over every training task (SPEC §6.6, §11)."""
+
+    accepted: bool
+    reason: str
+    delta: float  # the mean of the per-task deltas
+    task_deltas: dict[str, float]  # every task's delta, in the task set's order
+    task_regressions: dict[str, list[str]] = Field(default_factory=dict)  # tasks with any, their items
 
 
 class CallScores(Record):
