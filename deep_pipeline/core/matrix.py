@@ -1,4 +1,5 @@
-"""The score matrix: open cells, selection, the current matrix, a markdown view (SPEC §5).
+"""The score matrix: open cells, selection, the current matrix, a markdown view (SPEC §5);
+a task set's cell as the mean of its training tasks' cells (SPEC §11).
 
 Selection reads the matrix's unit order (`matrix.units`) and the configured dimension
 order, never the order the cells happen to be stored in, so a column that finished
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from deep_pipeline.core.models import Cell, Coordinate, Decision, ScoreMatrix
+from deep_pipeline.core.comparison import mean_score
+from deep_pipeline.core.models import Cell, Coordinate, Decision, ScoreMatrix, TaskSetCell
 
 
 def is_open(cell: Cell, threshold: float) -> bool:
@@ -57,6 +59,46 @@ def select_coordinate(
         if best is None or key < best:
             best, chosen = key, coordinate
     return chosen
+
+
+def mean_cell(per_task: dict[str, Cell]) -> TaskSetCell:
+    """The level's cell over the training tasks (SPEC §11): their mean score, each task's
+    reason named by its task, their evidence together (trace ids are unique in a compile).
+    One task's cell is the level's cell unchanged."""
+    if not per_task:
+        raise ValueError("a cell needs at least one task's cell")
+    cells = list(per_task.values())
+    first = cells[0]
+    for task, cell in per_task.items():
+        if (cell.unit_id, cell.dimension) != (first.unit_id, first.dimension):
+            raise ValueError(f"task {task!r}: cell {cell.unit_id}/{cell.dimension} is not {first.unit_id}/{first.dimension}")
+    if len(cells) == 1:
+        return TaskSetCell(cell=first, per_task=dict(per_task))
+    mean = Cell(
+        unit_id=first.unit_id,
+        dimension=first.dimension,
+        score=mean_score([cell.score for cell in cells]),
+        reason=" | ".join(f"{task}: {cell.reason}" for task, cell in per_task.items() if cell.reason),
+        evidence=[ref for cell in cells for ref in cell.evidence],
+        dropped_evidence=sum(cell.dropped_evidence for cell in cells),
+    )
+    return TaskSetCell(cell=mean, per_task=dict(per_task))
+
+
+def mean_cells(per_task: dict[str, list[Cell]]) -> list[TaskSetCell]:
+    """Every coordinate's TaskSetCell from each training task's cells (a column or a
+    whole matrix per task), in the first task's cell order. Every task must have scored
+    the same coordinates: a missing or extra one is an error naming the task."""
+    by_task = {task: {(c.unit_id, c.dimension): c for c in cells} for task, cells in per_task.items()}
+    if not by_task:
+        return []
+    order = [(c.unit_id, c.dimension) for c in next(iter(per_task.values()))]
+    for task, cells in by_task.items():
+        if missing := [f"{u}/{d}" for u, d in order if (u, d) not in cells]:
+            raise ValueError(f"task {task!r}: no cell for {', '.join(missing)}")
+        if extra := sorted(f"{u}/{d}" for u, d in set(cells) - set(order)):
+            raise ValueError(f"task {task!r}: cells for coordinates the other tasks lack: {', '.join(extra)}")
+    return [mean_cell({task: cells[key] for task, cells in by_task.items()}) for key in order]
 
 
 def accepted_cell(decision: Decision) -> Cell | None:

@@ -161,6 +161,14 @@ class Cell(Record):
         return (5 - self.score) / 4
 
 
+class TaskSetCell(Record):
+    """A level's cell over a task set (SPEC §11): the mean over the training tasks, which
+    selection, gaps and open cells read, and every task's own cell with its evidence."""
+
+    cell: Cell
+    per_task: dict[str, Cell]  # in the task set's order
+
+
 class Coordinate(Record):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
