@@ -19,7 +19,7 @@ from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.jobs import ASSET_JOBS
 from deep_pipeline.core.retry import RetryPlan, gave_up_line, waiting_line
 from deep_pipeline.defs.retries import compiles_failed_since, plan_step, step_key_tags
-from deep_pipeline.runtime.driver import driven_elsewhere
+from deep_pipeline.runtime.driver_lock import driven_elsewhere
 from deep_pipeline.runtime.sweep import release_dead_runs
 from deep_pipeline.runtime.tags import NO_RETRY_TAG, job_name, run_tags
 from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET
