@@ -1,7 +1,8 @@
 """One driver per compile: the lock a CLI driver or a `compile` run holds, and the probe of it.
 
-The loop sensor only looks: a compile a driver holds is left to that driver. Apart from
-runtime/driver.py so that modules below the step definitions the driver executes can look too.
+The loop sensor and a step run submitting the next step (runtime/next_run.py) only look:
+a compile a driver holds is left to that driver. Apart from runtime/driver.py so that the
+asset-step wrapper (below the step definitions the driver executes) can look too.
 """
 
 from __future__ import annotations
