@@ -33,11 +33,10 @@ def runs_ended(home: Path, key: str) -> bool:
     return any(r.job_name == "finalize" for r in runs) and all(r.is_finished for r in runs)
 
 
-@pytest.mark.slow
-def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path, dagster_storage):
-    home = dagster_storage.home(tmp_path / "home")  # our dagster.yaml
+def compile_under_daemon(tmp_path: Path, home: Path, env: dict[str, str], watch=None, timeout_s: float = 300) -> str:
+    """Register a compile (`start_compile`, the scripted world's answers) and run `dagster-daemon`
+    on `home` until every run of it ended; its key. `watch(key)` is called while it runs."""
     skill, bundle = make_inputs(tmp_path)
-    env = cli_env(home)
     with ScriptedOpenAIServer([answer_with(one_edit_world())] * 50) as server:
         overrides = served_overrides(server)
         config = {"ops": {"start_compile_op": {"config": {"skill_dir": str(skill), "bundle": str(bundle), "overrides": overrides}}}}
@@ -53,8 +52,10 @@ def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path, dagster_st
             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "daemon.log", "w"), start_new_session=True,
         )
         try:
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + timeout_s
             while not (home / "compiles" / key / "report.json").is_file() and time.monotonic() < deadline:
+                if watch is not None:
+                    watch(key)
                 time.sleep(0.5)
             # report.json is written inside the finalize run: stopping the daemon now would
             # interrupt that run's last steps, so wait until every run of the compile ended.
@@ -63,6 +64,13 @@ def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path, dagster_st
         finally:
             os.killpg(daemon.pid, signal.SIGTERM)
             daemon.wait(timeout=60)
+    return key
+
+
+@pytest.mark.slow
+def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path, dagster_storage):
+    home = dagster_storage.home(tmp_path / "home")  # our dagster.yaml
+    key = compile_under_daemon(tmp_path, home, cli_env(home))
     report = json.loads((home / "compiles" / key / "report.json").read_text())
     assert [d["reason"] for d in report["decisions"]] == ["target_improved_without_runtime_regression"]
     os.environ["DAGSTER_HOME"] = str(home)

@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -22,13 +18,10 @@ import yaml
 
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.status import compile_status
-from tests.compile_world import make_inputs
-from tests.scripted_openai_server import ScriptedOpenAIServer
-from tests.served_world import answer_with, cli_env, one_edit_world, served_overrides
-from tests.test_daemon import runs_ended
+from tests.served_world import cli_env
+from tests.test_daemon import compile_under_daemon
 
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 
 
 def sensor_skip_reasons(instance: dg.DagsterInstance) -> list[str]:
@@ -46,35 +39,15 @@ def test_a_step_that_failed_to_launch_is_retried_by_the_sensor_and_the_compile_e
     config["run_launcher"] = {"module": "tests.fail_once_launcher", "class": "FailOnceLauncher",
                               "config": {"job": "run_iteration", "marker": str(tmp_path / "failed-once")}}
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
-    skill, bundle = make_inputs(tmp_path)
     env = {**cli_env(home), "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     seen_waiting: list[str] = []
-    with ScriptedOpenAIServer([answer_with(one_edit_world())] * 50) as server:
-        overrides = served_overrides(server)
-        run_config = {"ops": {"start_compile_op": {"config": {"skill_dir": str(skill), "bundle": str(bundle), "overrides": overrides}}}}
-        (tmp_path / "compile.yaml").write_text(yaml.safe_dump(run_config))
-        start = subprocess.run(
-            [str(BIN / "dagster"), "job", "execute", "-m", "deep_pipeline.definitions", "-j", "start_compile", "-c", str(tmp_path / "compile.yaml")],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
-        )
-        assert start.returncode == 0, start.stderr[-2000:]
-        (key,) = [p.name for p in (home / "compiles").iterdir()]
-        daemon = subprocess.Popen(
-            [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO, env=env,
-            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "daemon.log", "w"), start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + 300
-            while not (home / "compiles" / key / "report.json").is_file() and time.monotonic() < deadline:
-                status = compile_status(CompileHandle.open(home / "compiles", key))
-                if status.state == "waiting_retry":
-                    seen_waiting.append(status.failure.waiting)
-                time.sleep(0.5)
-            while not runs_ended(home, key) and time.monotonic() < deadline:
-                time.sleep(1)
-        finally:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            daemon.wait(timeout=60)
+
+    def watch(key: str) -> None:
+        status = compile_status(CompileHandle.open(home / "compiles", key))
+        if status.state == "waiting_retry":
+            seen_waiting.append(status.failure.waiting)
+
+    key = compile_under_daemon(tmp_path, home, env, watch)
     log = (tmp_path / "daemon.log").read_text()
     assert (tmp_path / "failed-once").is_file(), "the launch failure was injected"
     report = json.loads((home / "compiles" / key / "report.json").read_text())

@@ -4,7 +4,9 @@ A plain `@sensor` (an `@asset_sensor` only sees the latest event per tick and wo
 some, dagster#32853). Its JSON cursor holds the last storage id read per watched asset
 and the compile keys already seen, so each tick only looks at compiles that changed.
 The run key `<step kind>:<partition key>` makes a repeated or concurrent tick harmless:
-Dagster never launches a run key twice. A step whose run failed outside its own work (a
+Dagster never launches a run key twice. A step run it launched submits the next step itself
+as it ends (runtime/next_run.py, same run key and tags): the sensor then finds that run queued
+and asks nothing; it is the backstop after a crash, a restart or an error there. A step whose run failed outside its own work (a
 launch failure, a killed worker) is asked for again under `<run key>:<n>`, n its failed runs
 so far, up to `step_launch_attempts` runs with backoff (core/retry.py, defs/retries.py).
 """
@@ -18,10 +20,11 @@ import dagster as dg
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.jobs import ASSET_JOBS
 from deep_pipeline.core.retry import RetryPlan, gave_up_line, waiting_line
-from deep_pipeline.defs.retries import compiles_failed_since, plan_step, step_key_tags
-from deep_pipeline.runtime.driver import driven_elsewhere
+from deep_pipeline.defs.retries import compiles_failed_since, plan_step
+from deep_pipeline.runtime.driver_lock import driven_elsewhere
+from deep_pipeline.runtime.next_run import loop_request_tags
 from deep_pipeline.runtime.sweep import release_dead_runs
-from deep_pipeline.runtime.tags import NO_RETRY_TAG, job_name, run_tags
+from deep_pipeline.runtime.tags import LOOP_SENSOR, job_name
 from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET
 from deep_pipeline.engine.steps import next_step
 from deep_pipeline.defs.resources import CompileStoreResource
@@ -76,9 +79,7 @@ def requests_for(ctx: CompileHandle, step=None, plan: RetryPlan | None = None
     if step is None:
         return None, None
     run_key = plan.run_key(step.run_key) if plan else step.run_key
-    # Dagster's own run retry is off for these runs: the sensor is their one retrier, and it
-    # leaves a step that failed on its own to a person (README, "When a step fails").
-    tags = {**run_tags(ctx.cdir.key), **step_key_tags(step), NO_RETRY_TAG: "0"}
+    tags = loop_request_tags(ctx.cdir.key, step)  # as a step run's own submission of it (runtime/next_run.py)
     run = dg.RunRequest(run_key=run_key, job_name=job_name(ASSET_JOBS, step), partition_key=step.partition_key, tags=tags)
     add = None
     if PARTITION_SET[step.kind] != COMPILES:
@@ -95,7 +96,7 @@ def _driven_elsewhere(ctx: CompileHandle) -> bool:
 
 
 @dg.sensor(
-    name="compile_loop",
+    name=LOOP_SENSOR,
     jobs=ASSET_JOBS,
     # The sensor daemon loops every 5 s at best (MIN_INTERVAL_LOOP_TIME); an interval of 5
     # made a tick due a hair early wait a whole extra loop, so ticks alternated 5 and 10 s.

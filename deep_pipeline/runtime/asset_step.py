@@ -13,6 +13,7 @@ from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import clear_failure, record_failure
 from deep_pipeline.engine.live import heartbeats_to
 from deep_pipeline.errors import one_line
+from deep_pipeline.runtime.next_run import submit_next_step
 from deep_pipeline.runtime.register import instance_warning
 from deep_pipeline.runtime.sweep import WorkerClaim, process_tags
 from deep_pipeline.runtime.timeline import ends_step, log_timeline
@@ -26,7 +27,8 @@ def asset_step(context: dg.AssetExecutionContext, ctx: CompileHandle, first: boo
     worker's here, so a kill -9 of that worker is noticed by the next sweep too.
     `first` (the compile's first step) also says when the instance lacks our limits.
     The asset a step ends with then logs the compile's timeline (runtime/timeline.py), so
-    the UI shows a running compile after every step.
+    the UI shows a running compile after every step, and, in a run of the loop sensor, submits
+    the compile's next step (runtime/next_run.py) instead of leaving it to the next tick.
     """
     if WorkerClaim.of(context.run) is None:
         context.instance.add_run_tags(context.run.run_id, process_tags(context.run.run_id))
@@ -42,6 +44,7 @@ def asset_step(context: dg.AssetExecutionContext, ctx: CompileHandle, first: boo
         if ends_step(context):  # under the lock: read as this step left the records
             clear_failure(ctx.cdir)
             log_timeline(context, ctx)
+            submit_next_step(context, ctx)  # a loop sensor's run: the next step starts as this run ends
 
 
 def _step_failed(context: dg.AssetExecutionContext, ctx: CompileHandle, exc: Exception) -> None:

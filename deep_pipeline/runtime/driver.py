@@ -7,8 +7,7 @@ exactly like one the daemon carried, and running it again resumes where it stopp
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -20,8 +19,8 @@ from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure, record_failure
 from deep_pipeline.engine.records import Report
 from deep_pipeline.engine.steps import Step
-from deep_pipeline.errors import InputError, StepError, one_line
-from deep_pipeline.locks import file_lock
+from deep_pipeline.errors import StepError, one_line
+from deep_pipeline.runtime.driver_lock import driver_lock
 from deep_pipeline.runtime.dagster_private import execute_created_run, make_new_run_id, partition_run_tags
 from deep_pipeline.runtime.register import announce_compile
 from deep_pipeline.runtime.sweep import open_compile, process_tags, release_dead_runs
@@ -29,31 +28,6 @@ from deep_pipeline.runtime.tags import driver_tags, job_name, job_origin, run_ta
 
 # The event log keeps every event; the terminal gets our progress lines and one error line.
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-
-
-# The loop sensor's probe holds a compile's lock for an instant: a driver starting in
-# that instant retries for this long before it says another driver has the compile.
-PROBE_WAIT_S = 3.0
-
-
-@contextlib.contextmanager
-def driver_lock(ctx: CompileHandle, wait_s: float = PROBE_WAIT_S) -> Iterator[None]:
-    """One driver per compile at a time (a second would race the first on every step)."""
-    with file_lock(ctx.cdir.lock_path, wait=float(wait_s)) as held:
-        if not held:
-            raise InputError(f"{ctx.cdir.path}: another driver is running this compile")
-        yield
-
-
-def driven_elsewhere(ctx: CompileHandle) -> bool:
-    """Whether a driver holds the compile's lock: a shared look that never waits, let go at once.
-
-    Shared, so two probes never collide; a driver they catch retries (driver_lock).
-    """
-    if not ctx.cdir.lock_path.is_file():
-        return False
-    with file_lock(ctx.cdir.lock_path, shared=True, wait=False) as held:
-        return not held  # leaving the block lets the probe's lock go
 
 
 def drive_compile(instance: dg.DagsterInstance, root: Path, key: str, progress: Callable[[str], None] | None = None,

@@ -22,6 +22,11 @@ STEP_TAG = "deep/step"
 DRIVER_TAG, PARENT_RUN_TAG = "deep/driver", "deep/parent_run"
 USER_TAG = "user"  # Dagster's own "launched by" tag (the runs list's Launched by column)
 NO_RETRY_TAG = "dagster/max_retries"  # Dagster's per-run cap on its run retries (here: "0")
+# Dagster's own tags on a sensor's run, as plain strings: Dagster exports no public constant for them.
+RUN_KEY_TAG, SENSOR_NAME_TAG = "dagster/run_key", "dagster/sensor_name"
+LOOP_SENSOR = "compile_loop"  # the loop sensor's name (defs/sensors.py), its runs' `dagster/sensor_name`
+# The step run that submitted this one as it ended (runtime/next_run.py); absent on the sensor's own.
+SUBMITTED_BY_TAG = "deep/submitted_by"
 
 # The code location the runs belong to: its name as `dagster-webserver -m deep_pipeline.definitions`,
 # `dagster dev` and our workspace.yaml load it, and the name Dagster gives a Definitions' repository.
