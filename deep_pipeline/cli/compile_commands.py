@@ -199,7 +199,7 @@ def estimate_lines(found) -> list[str]:
         role("judge", f"{calls['column']} columns + {calls['compare']} comparisons", ("column", "compare")),
         role("editor", f"{calls['edit']} edits", ("edit",)),
         agent,
-        f"  worst case   {found.worst.calls} calls, {found.worst_cost.text}, with every answer asked {found.answer_attempts} "
+        f"  worst case   {found.worst.calls} calls, {'free' if free else found.worst_cost.text}, with every answer asked {found.answer_attempts} "
         f"times and each sent {found.sends_per_answer} times",
         f"  tokens       per call's prompt ({found.token_count}): "
         + ", ".join(f"{kind} {n}" for kind, n in found.prompt_tokens.items()) + "; each answer at its role's *_max_tokens",
