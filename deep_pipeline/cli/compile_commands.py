@@ -39,7 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(models, runner, rollouts, iterations, budget, compare_orders, compare_samples, "
                    "regressions_need_evidence, *_api_key_env ...; see the README's table)")
     p.add_argument("--quiet", action="store_true", help="print only where S_final and the report are")
-    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.add_argument("--json", action="store_true", help=JSON_HELP + "; with --estimate, the estimate's record")
+    p.add_argument("--estimate", action="store_true",
+                   help="check the inputs as a compile does, then print the most model calls (per role and kind) and "
+                   "rollouts the compile can make under its budgets, and their cost from litellm's price map, "
+                   "and stop: nothing is written, no model is called")
     p.set_defaults(handler=_compile)
 
     r = sub.add_parser("resume", help="carry a registered compile on from where it stopped",
@@ -141,13 +145,69 @@ def _compile(args: argparse.Namespace) -> int:
 
     overrides = _overrides(args)
     origin = str(args.config or "options")
+    config = effective_config(load_deployment(), overrides, origin)
     # Bad input is refused before DAGSTER_HOME is touched.
-    check_inputs(args.skill_dir, args.task, effective_config(load_deployment(), overrides, origin))
+    skill, loaded = check_inputs(args.skill_dir, args.task, config)
+    if args.estimate:
+        return _estimate(args, skill, loaded, config, training_tasks=len([args.task]))
     root = _writable_store()  # a store we cannot write is refused before the home is initialised
     instance = _instance()
     record, new = register_with_overrides(instance, root, args.skill_dir, args.task, overrides, origin, announce=False)
     _say(args, f"{'registered' if new else 'resuming'} compile {record.key} in {root / record.key}")
     return _drive_here(args, instance, root, record.key)
+
+
+def _estimate(args: argparse.Namespace, skill, loaded, config, training_tasks: int) -> int:
+    """`compile --estimate`: the bound and its cost, from inputs already checked; nothing written."""
+    from deep_pipeline.engine.estimate import estimate_compile
+
+    found = estimate_compile(skill, loaded, config, training_tasks)
+    print(found.model_dump_json(indent=2) if args.json else "\n".join(estimate_lines(found)))
+    return 0
+
+
+def estimate_lines(found) -> list[str]:
+    """The estimate as `compile --estimate` prints it."""
+    from deep_pipeline.llm.accounting import cost_text
+
+    bound, calls, usd = found.bound, found.bound.calls_by_kind, found.cost.usd_by_kind
+    tasks = f"{found.training_tasks} training task{'s' if found.training_tasks != 1 else ''}"
+
+    def role(name: str, counted: str, kinds: tuple[str, ...]) -> str:
+        model, price = found.models[name], found.prices[name]
+        if model == "local":
+            cost, where = "free", "local: the embedded model, free"
+        else:
+            known = [usd[kind] for kind in kinds]
+            cost = cost_text(None if None in known else sum(known), "cost unknown")
+            where = (f"{model}: not in litellm's price map" if price is None else
+                     f"{model}: ${price.input_per_token * 1e6:.4g} / ${price.output_per_token * 1e6:.4g} "
+                     "per 1M tokens in / out")
+        return f"    {name:<7} {counted}, {cost}  [{where}]"
+
+    agent = {"chat": role("agent", f"{calls['agent']} calls (one per chat rollout)", ("agent",)),
+             "replay": "    agent   0 calls (the replay runner calls no model)"}.get(
+        found.runner, f"    agent   not counted: the {found.runner} runner's agent calls its model outside the compile")
+    free = all(found.models[r] == "local" for r in ("judge", "editor", "agent") if r != "agent" or found.runner == "chat")
+    total = "$0 (free: every model is the embedded one)" if free else found.cost.text
+    return [
+        f"estimate for {found.skill} on {tasks} ({found.task}), runner {found.runner}: the most it can make; nothing written",
+        f"  rollouts     {bound.total_rollouts} ({bound.rollouts['input']} input, {bound.rollouts['candidate']} candidate; "
+        f"at most {bound.iterations['section']} section and {bound.iterations['paragraph']} paragraph iterations)",
+        f"  model calls  {bound.calls} when every answer is valid at its first send"
+        + (f" (max_calls {found.max_calls} caps them)" if found.bound.capped else "") + ":",
+        role("judge", f"{calls['column']} columns + {calls['compare']} comparisons", ("column", "compare")),
+        role("editor", f"{calls['edit']} edits", ("edit",)),
+        agent,
+        f"  worst case   {found.worst.calls} calls, {'free' if free else found.worst_cost.text}, with every answer asked {found.answer_attempts} "
+        f"times and each sent {found.sends_per_answer} times",
+        f"  tokens       per call's prompt ({found.token_count}): "
+        + ", ".join(f"{kind} {n}" for kind, n in found.prompt_tokens.items()) + "; each answer at its role's *_max_tokens",
+        f"  traces       {found.traces}",
+        f"  cost         at most {total}" + (" (a role's price is unknown)" if found.cost.usd is None else ""),
+        f"  max_usd      {found.max_usd:g} caps the real run: it stops (budget_exhausted) before a call that could pass it"
+        if found.max_usd is not None else "  max_usd      not set: nothing caps the real run's cost but the counts above",
+    ]
 
 
 def _resume(args: argparse.Namespace) -> int:

@@ -54,6 +54,8 @@ DEFAULT_PARALLEL = 3
 # resend). Read when a client is made, so a test can shrink them for a whole compile.
 RETRIES = 4
 BACKOFF_S = 1.0
+# Answers asked for in one `structured` call before it fails (an invalid answer is asked again).
+ANSWER_ATTEMPTS = 3
 # A provider's Retry-After is honoured up to this; a longer ask is the provider's outage,
 # better met by failing the step (a resume carries on) than by a step that hangs.
 RETRY_AFTER_CAP_S = 60.0
@@ -151,7 +153,7 @@ class ModelClient:
         response_model: type[M],
         *,
         check: Callable[[M], str | None] | None = None,
-        max_attempts: int = 3,
+        max_attempts: int = ANSWER_ATTEMPTS,
     ) -> tuple[M, list[CallRecord]]:
         """A validated answer of `response_model`; wrong answers are retried with the problem fed back."""
         from deep_pipeline.llm.prompts import fill

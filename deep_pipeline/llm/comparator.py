@@ -101,6 +101,37 @@ def _ask_together(client: ModelClient, plan: list, parallel: int, ask) -> list:
     return [f.result() for f in futures]
 
 
+def compare_messages(
+    client,
+    *,
+    task_prompt: str,
+    unit: Unit,
+    old_text: str,
+    new_text: str,
+    dimension: Dimension,
+    incumbent_traces: list[Trace],
+    candidate_traces: list[Trace],
+    candidate_label: Literal["A", "B"],
+) -> tuple[list[dict], dict[str, dict[str, str]]]:
+    """One comparison call's messages, and each side's trace id -> blind label."""
+    _, render = profile(client)
+    sides = {candidate_label: (new_text, candidate_traces), other(candidate_label): (old_text, incumbent_traces)}
+    labels = {side: blind_labels(traces, side) for side, (_, traces) in sides.items()}
+    user = fill(
+        "compare_user",
+        task=task_prompt,
+        dimension=dimension.name,
+        description=dimension.description,
+        rubric=rubric_text(dimension),
+        unit_id=unit.unit_id,
+        text_a=sides["A"][0],
+        text_b=sides["B"][0],
+        traces_a=fence_data(render_traces(sides["A"][1], render, labels["A"]), "the agent's traces with version A"),
+        traces_b=fence_data(render_traces(sides["B"][1], render, labels["B"]), "the agent's traces with version B"),
+    )
+    return [{"role": "system", "content": fill("compare_system")}, {"role": "user", "content": user}], labels
+
+
 def compare_once(
     client: ModelClient,
     *,
@@ -116,23 +147,11 @@ def compare_once(
     sample: int = 0,
     need_evidence: bool = True,
 ) -> tuple[CompareCall, list[CallRecord]]:
-    limits, render = profile(client)
+    limits, _ = profile(client)
     incumbent_label = other(candidate_label)
-    sides = {candidate_label: (new_text, candidate_traces), incumbent_label: (old_text, incumbent_traces)}
-    labels = {side: blind_labels(traces, side) for side, (_, traces) in sides.items()}
-    user = fill(
-        "compare_user",
-        task=task_prompt,
-        dimension=dimension.name,
-        description=dimension.description,
-        rubric=rubric_text(dimension),
-        unit_id=unit.unit_id,
-        text_a=sides["A"][0],
-        text_b=sides["B"][0],
-        traces_a=fence_data(render_traces(sides["A"][1], render, labels["A"]), "the agent's traces with version A"),
-        traces_b=fence_data(render_traces(sides["B"][1], render, labels["B"]), "the agent's traces with version B"),
-    )
-    messages = [{"role": "system", "content": fill("compare_system")}, {"role": "user", "content": user}]
+    messages, labels = compare_messages(
+        client, task_prompt=task_prompt, unit=unit, old_text=old_text, new_text=new_text, dimension=dimension,
+        incumbent_traces=incumbent_traces, candidate_traces=candidate_traces, candidate_label=candidate_label)
     answer, calls = client.structured(step_key, messages, compare_answer_model(limits))
 
     back = {label: trace_id for side in labels.values() for trace_id, label in side.items()}

@@ -7,7 +7,7 @@ which imported litellm once. The CLI and the `compile` job run every step of a c
 in one process and import litellm once anyway: they send in-process.
 
 Everything that needs litellm for one send is here, behind three plain-data calls
-(`send`, `estimate_usd`, `check_model`), so the two ways cannot drift apart: the worker
+(`send`, `estimate_usd`, `check_model`; `call_usd` is the one price lookup), so the two ways cannot drift apart: the worker
 runs these very functions. The retry policy, the cache, the budget and the calls log
 stay in llm/client.py, in the step's process.
 """
@@ -137,16 +137,38 @@ def _cost(litellm, response, request: SendRequest) -> float | None:
     return float(cost)
 
 
-def estimate_usd(model: str, messages: list[dict], max_tokens: int) -> float | None:
-    """Worst case of a call: its prompt plus a full `max_tokens` answer; None if unpriced."""
+def prompt_tokens(messages: list[dict], model: str | None = None) -> int:
+    """litellm's count of a prompt's tokens: with `model`, that model's tokenizer as litellm
+    picks it; without, its default encoding (tiktoken: local, never a download)."""
+    litellm = load_litellm()
+    return int(litellm.token_counter(model=model or "", messages=messages))
+
+
+def call_usd(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """What a call of these token counts costs by litellm's price map; None if unpriced.
+    The one price lookup: the budget's worst case and the estimate before a run both use it."""
     litellm = load_litellm()
     try:
-        prompt_tokens = litellm.token_counter(model=model, messages=messages)
         prompt_usd, answer_usd = litellm.cost_per_token(model=model, prompt_tokens=prompt_tokens,
-                                                        completion_tokens=max_tokens)
+                                                        completion_tokens=completion_tokens)
         return float(prompt_usd + answer_usd)
-    except Exception:  # noqa: BLE001 - an unpriced model has no estimate
+    except Exception:  # noqa: BLE001 - an unpriced model has no price
         return None
+
+
+def token_prices(model: str) -> tuple[float, float] | None:
+    """(USD per prompt token, USD per answer token) of `model`; None if unpriced."""
+    prompt, answer = call_usd(model, 1, 0), call_usd(model, 0, 1)
+    return None if prompt is None or answer is None else (prompt, answer)
+
+
+def estimate_usd(model: str, messages: list[dict], max_tokens: int) -> float | None:
+    """Worst case of a call: its prompt plus a full `max_tokens` answer; None if unpriced."""
+    try:
+        tokens = prompt_tokens(messages, model)
+    except Exception:  # noqa: BLE001 - a prompt litellm cannot count has no estimate
+        return None
+    return call_usd(model, tokens, max_tokens)
 
 
 def check_model(model: str, field: str, api_base: str | None) -> str | None:
