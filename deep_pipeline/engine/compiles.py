@@ -1,4 +1,10 @@
-"""Registering a compile: identity (SPEC §2), inputs copied, compile.json written last."""
+"""Registering a compile: identity (SPEC §2, §11), inputs copied, compile.json written last.
+
+A task set (SPEC §11) of one training task and nothing held out is today's compile of one
+task: same identity, same records. A larger set is checked (`check_task_set_inputs`) and
+its records can be made (`task_records`, `write_task_bundles`), but nothing registers it
+yet: the loop runs one training task, so the CLI refuses it (`inputs/tasks.py` `refuse_unwired`).
+"""
 
 from __future__ import annotations
 
@@ -8,17 +14,20 @@ from pathlib import Path
 
 from deep_pipeline.core.config import OPERATIONAL_SETTINGS, CompileConfig
 from deep_pipeline.core.keys import compile_key
+from deep_pipeline.core.tasks import TaskSet, identity_payload, single_task
 from deep_pipeline.engine.compile_dir import CompileDir
-from deep_pipeline.engine.records import CompileRecord
+from deep_pipeline.engine.records import CompileRecord, RecordedTask
 from deep_pipeline.errors import InputError
-from deep_pipeline.store import atomic_copy_tree, atomic_write_json, atomic_write_bytes, sha256_text
+from deep_pipeline.store import atomic_copy_tree, atomic_write_json, atomic_write_bytes, sha256_bytes, sha256_text
 
 
-def compile_identity(package_hash: str, bundle_hash: str, config: CompileConfig) -> str:
-    payload = json.dumps(
-        {"package": package_hash, "bundle": bundle_hash, "config": config.identity_settings()},
-        sort_keys=True,
-    )
+def compile_identity(package_hash: str, task_set: TaskSet | str, config: CompileConfig) -> str:
+    """sha256 of `core/tasks.py` `identity_payload`: a set of one training task hashes
+    `{"package", "bundle", "config"}` as compiles always did, so its key is unchanged.
+    `task_set` may be one bundle's identity hash: the set of that one training task."""
+    if isinstance(task_set, str):
+        task_set = single_task("task", task_set)  # the name is not in the identity
+    payload = json.dumps(identity_payload(package_hash, task_set, config.identity_settings()), sort_keys=True)
     return sha256_text(payload)
 
 
@@ -50,16 +59,7 @@ def check_inputs(skill_dir: Path, bundle_path: Path, config: CompileConfig, tran
     skill = load_skill(Path(skill_dir))
     loaded = load_bundle(Path(bundle_path))
     check_models(config, transport)
-    if config.runner == "command":  # a program that cannot start would fail every rollout
-        from deep_pipeline.rollouts.command import check_program
-
-        check_program(config.agent_command, task_dir=loaded.task_dir, skill_root=skill.root, skill_name=skill.name)
-    if config.runner == "replay":
-        from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES
-
-        if not any(t.error_category not in MACHINE_FAULT_CATEGORIES for t in loaded.bundle.traces):
-            raise InputError(f"{bundle_path}: traces: the replay runner needs at least one trace in the bundle "
-                             "that the agent finished (not api_error or sandbox_setup)")
+    _check_bundle_for_runner(skill, loaded, bundle_path, config)
     return skill, loaded
 
 
@@ -67,7 +67,8 @@ def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: Com
                      transport=None) -> CompileRecord:
     """Register (or find) the compile of this skill, bundle and config. Idempotent."""
     skill, loaded = check_inputs(skill_dir, bundle_path, config, transport)
-    identity = compile_identity(skill.package_hash, loaded.identity_hash, config)  # the verifier is not in it
+    # the verifier is not in the bundle's identity hash
+    identity = compile_identity(skill.package_hash, single_task(loaded.bundle.task_name, loaded.identity_hash), config)
     key = compile_key(skill.name, identity)
     cdir = CompileDir(root, key)
     if cdir.exists():
@@ -89,6 +90,51 @@ def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: Com
     _write_inputs(cdir, skill.root, Path(bundle_path))
     atomic_write_json(cdir.record_path, record)  # last: from here on the compile exists
     return record
+
+
+def check_task_set_inputs(skill_dir: Path, loaded_set, config: CompileConfig, transport=None):
+    """`check_inputs` for a checked task set (inputs/tasks.py `LoadedTaskSet`): the skill and
+    models once, each training bundle as a compile's bundle is checked; held-out bundles are
+    not a compile's to use, so nothing more is asked of them. Returns (skill, first training bundle)."""
+    training = loaded_set.training
+    skill, first = check_inputs(skill_dir, training[0][0].path, config, transport)
+    for item, loaded in training[1:]:
+        _check_bundle_for_runner(skill, loaded, item.path, config)
+    return skill, first
+
+
+def _check_bundle_for_runner(skill, loaded, bundle_path: Path, config: CompileConfig) -> None:
+    """What the configured runner needs of a training bundle."""
+    if config.runner == "command":  # a program that cannot start would fail every rollout
+        from deep_pipeline.rollouts.command import check_program
+
+        check_program(config.agent_command, task_dir=loaded.task_dir, skill_root=skill.root, skill_name=skill.name)
+    if config.runner == "replay":
+        from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES
+
+        if not any(t.error_category not in MACHINE_FAULT_CATEGORIES for t in loaded.bundle.traces):
+            raise InputError(f"{bundle_path}: traces: the replay runner needs at least one trace in the bundle "
+                             "that the agent finished (not api_error or sandbox_setup)")
+
+
+def task_records(loaded_set) -> list[RecordedTask]:
+    """compile.json's `tasks` of a task set: each task's name, split, bundle and where its copy goes."""
+    return [RecordedTask(task=loaded.bundle.task_name, split=item.split, bundle_path=str(loaded.path),
+                         bundle_hash=loaded.bundle_hash, identity_hash=loaded.identity_hash,
+                         stored=f"input/tasks/{index:02d}-{item.split}.json")
+            for index, (item, loaded) in enumerate(zip(loaded_set.inputs, loaded_set.bundles))]
+
+
+def write_task_bundles(cdir: CompileDir, loaded_set) -> list[RecordedTask]:
+    """Copy every bundle of the set, training and held-out alike, into the compile folder
+    (the bytes that were hashed); held-out copies are for after the compile, never read by a step."""
+    recorded = task_records(loaded_set)
+    for entry, loaded in zip(recorded, loaded_set.bundles):
+        data = Path(loaded.path).read_bytes()
+        if sha256_bytes(data) != loaded.bundle_hash:
+            raise InputError(f"{loaded.path}: the bundle changed after it was checked; run the command again")
+        atomic_write_bytes(cdir.path / entry.stored, data)
+    return recorded
 
 
 def check_key_variables(config: CompileConfig) -> None:

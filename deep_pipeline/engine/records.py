@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import Cell, Comparison, Coordinate, Decision, LevelSummary, LocalEdit, ScoreMatrix, Unit
@@ -26,11 +26,26 @@ class EngineRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class RecordedTask(EngineRecord):
+    """One task of a compile's task set (SPEC §11), as compile.json keeps it."""
+
+    task: str  # the bundle's task_name
+    split: Literal["training", "held_out"]
+    bundle_path: str  # the bundle as given, resolved
+    bundle_hash: str  # sha256 of the file's bytes
+    identity_hash: str | None = None  # what the identity hashes (no verifier); None: not recorded (one task)
+    stored: str  # its copy, relative to the compile folder
+
+
 class CompileRecord(EngineRecord):
     """compile.json: a compile's identity (SPEC §2). Written last when registering.
 
     Kept small: the task's prompt and traces stay in the stored bundle (input/bundle.json);
     a step reads the prompt from there (CompileHandle.task_prompt).
+
+    `tasks` is the task set (SPEC §11) of a compile of more than one task; a compile of one
+    training task, and every compile.json written before task sets, has none (and writes
+    none: its compile.json is as it always was); `task_entries` gives its one task.
     """
 
     key: str
@@ -46,6 +61,22 @@ class CompileRecord(EngineRecord):
     bundle_agent_model: str | None = None
     config: CompileConfig
     created_at: str = Field(default_factory=now_iso)
+    tasks: list[RecordedTask] | None = None
+
+    @property
+    def task_entries(self) -> list[RecordedTask]:
+        """The compile's tasks: the recorded set, or its one training task."""
+        if self.tasks is not None:
+            return list(self.tasks)
+        return [RecordedTask(task=self.task_name, split="training", bundle_path=self.bundle_path,
+                             bundle_hash=self.bundle_hash, stored="input/bundle.json")]
+
+    @model_serializer(mode="wrap")
+    def _one_task_writes_no_set(self, handler):
+        data = handler(self)
+        if self.tasks is None and isinstance(data, dict):
+            data.pop("tasks", None)
+        return data
 
     @model_validator(mode="before")
     @classmethod
