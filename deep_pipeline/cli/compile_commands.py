@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "in this process until S_final and report.json are written. Running it again with the same inputs resumes.",
     )
     p.add_argument("skill_dir", metavar="SKILL_DIR", type=Path)
-    p.add_argument("--task", required=True, type=Path, metavar="BUNDLE", help="task bundle JSON")
+    add_task_flags(p)
     for flag in MODEL_FLAGS:
         p.add_argument(f"--{flag.replace('_', '-')}", dest=flag, metavar="M", help=f"{flag.split('_')[0]} model: 'local' or a litellm model string")
     p.add_argument("--runner", help="chat | mini-swe-agent | command | replay (default chat)")
@@ -65,6 +65,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("compile_key", nargs="?", metavar="COMPILE")
     s.add_argument("--json", action="store_true", help="print the status as JSON (for scripts)")
     s.set_defaults(handler=_status)
+
+
+def add_task_flags(p: argparse.ArgumentParser) -> None:
+    """`--task` (repeatable), `--holdout`, `--tasks`: a compile's task set (SPEC §11)."""
+    p.add_argument("--task", action="append", type=Path, metavar="BUNDLE",
+                   help="task bundle JSON; repeat it for a task set of several training tasks")
+    p.add_argument("--holdout", action="append", type=Path, metavar="BUNDLE",
+                   help="a held-out task bundle (repeatable): checked and recorded, never used by the compile")
+    p.add_argument("--tasks", type=Path, metavar="FILE", help="a task-set file instead of --task/--holdout: a YAML "
+                   "list of {bundle: PATH, split: train|holdout}, paths relative to the file")
+
+
+def one_task_flag(args: argparse.Namespace) -> bool:
+    """Exactly one `--task` and nothing else: today's compile of one task, checked as always."""
+    return len(args.task or []) == 1 and not args.holdout and args.tasks is None
 
 
 def _home(create: bool = True) -> Path:
@@ -140,19 +155,29 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 def _compile(args: argparse.Namespace) -> int:
     from deep_pipeline.runtime.register import register_with_overrides
-    from deep_pipeline.engine.compiles import check_inputs
+    from deep_pipeline.engine.compiles import check_inputs, check_task_set_inputs
     from deep_pipeline.engine.settings import effective_config, load_deployment
+    from deep_pipeline.inputs.tasks import load_task_set, refuse_unwired, task_inputs
 
     overrides = _overrides(args)
     origin = str(args.config or "options")
     config = effective_config(load_deployment(), overrides, origin)
     # Bad input is refused before DAGSTER_HOME is touched.
-    skill, loaded = check_inputs(args.skill_dir, args.task, config)
+    if one_task_flag(args):
+        loaded_set, bundle = None, args.task[0]
+        skill, loaded = check_inputs(args.skill_dir, bundle, config)
+        training_tasks = 1
+    else:  # a task set (SPEC §11): every bundle loaded, the set's rules checked
+        loaded_set = load_task_set(task_inputs(args.task, args.holdout, args.tasks))
+        skill, loaded = check_task_set_inputs(args.skill_dir, loaded_set, config)
+        bundle, training_tasks = loaded_set.training[0][0].path, len(loaded_set.training)
     if args.estimate:
-        return _estimate(args, skill, loaded, config, training_tasks=len([args.task]))
+        return _estimate(args, skill, loaded, config, training_tasks=training_tasks)
+    if loaded_set is not None:
+        refuse_unwired(loaded_set)  # after every check: the set is valid, the loop runs one training task
     root = _writable_store()  # a store we cannot write is refused before the home is initialised
     instance = _instance()
-    record, new = register_with_overrides(instance, root, args.skill_dir, args.task, overrides, origin, announce=False)
+    record, new = register_with_overrides(instance, root, args.skill_dir, bundle, overrides, origin, announce=False)
     _say(args, f"{'registered' if new else 'resuming'} compile {record.key} in {root / record.key}")
     return _drive_here(args, instance, root, record.key)
 

@@ -42,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate = subparsers.add_parser("validate", help="check a skill package (and a task bundle)")
     validate.add_argument("skill_dir", type=Path, metavar="SKILL_DIR")
     validate.add_argument("--bundle", type=Path, metavar="BUNDLE")
+    from deep_pipeline.cli.compile_commands import add_task_flags
+
+    add_task_flags(validate)  # the task set `compile` would take, checked by the same rules
     validate.add_argument("--json", action="store_true", help="print the findings as one JSON object")
     validate.set_defaults(handler=validate_command)
 
@@ -119,8 +122,12 @@ def inspect_command(args: argparse.Namespace) -> int:
 def validate_command(args: argparse.Namespace) -> int:
     skill = load_skill(args.skill_dir)
     loaded = load_bundle(args.bundle) if args.bundle is not None else None  # check all before printing
+    loaded_set = _task_set(args)
     if args.json:
-        print(json.dumps(_validation(skill, loaded), ensure_ascii=False))
+        found = _validation(skill, loaded)
+        if loaded_set is not None:
+            found["task_set"] = _task_set_findings(loaded_set)
+        print(json.dumps(found, ensure_ascii=False))
         return 0
     print(f"skill: {skill.name}")
     print(f"package sha256: {skill.package_hash}")
@@ -135,8 +142,32 @@ def validate_command(args: argparse.Namespace) -> int:
         print(f"bundle sha256: {loaded.bundle_hash}")
         if loaded.task_dir is not None:
             print(f"task_dir: {loaded.task_dir}")
+    if loaded_set is not None:
+        for task in _task_set_findings(loaded_set)["tasks"]:
+            print(f"task: {task['task_name']} ({task['split']}, {task['traces']} trace{'s' if task['traces'] != 1 else ''}) "
+                  f"{task['bundle']}")
+        training, held_out = len(loaded_set.training), len(loaded_set.held_out)
+        print(f"task set: {training} training, {held_out} held out: valid"
+              + ("" if loaded_set.is_one_task else "; not yet compiled (the loop runs one training task)"))
     print("ok")
     return 0
+
+
+def _task_set(args: argparse.Namespace):
+    """The task set the task flags name, checked as `compile` checks it; None without them."""
+    from deep_pipeline.inputs.tasks import load_task_set, task_inputs
+
+    if not (args.task or args.holdout or args.tasks is not None):
+        return None
+    return load_task_set(task_inputs(args.task, args.holdout, args.tasks))
+
+
+def _task_set_findings(loaded_set) -> dict[str, Any]:
+    return {"valid": True, "compiled": loaded_set.is_one_task,
+            "training": len(loaded_set.training), "held_out": len(loaded_set.held_out),
+            "tasks": [{"task_name": b.bundle.task_name, "split": i.split, "bundle": str(b.path),
+                       "bundle_sha256": b.bundle_hash, "traces": len(b.bundle.traces)}
+                      for i, b in zip(loaded_set.inputs, loaded_set.bundles)]}
 
 
 def _validation(skill, loaded) -> dict[str, Any]:
