@@ -153,3 +153,25 @@ def test_a_missing_task_file_is_one_line_and_writes_nothing(tmp_path, places, sc
     assert len(lines) == 1 and str(missing) in lines[0], err
     assert files_under(tmp_path) == before
     assert not places[0].exists() and not places[1].exists()
+
+
+def test_a_reader_that_stops_early_is_not_a_failed_step(tmp_path, places):
+    # `deep-pipeline compile ... --estimate | head -3`: the reader is gone before the rest is
+    # printed. That is no step failure and nothing to resume: no message, exit 141 as a shell's.
+    import os
+    import subprocess
+    import sys
+
+    skill, bundle = make_inputs(tmp_path)
+    config = write_config(tmp_path, judge_model="local", editor_model="local", agent_model="local")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader left before the first line
+    try:
+        done = subprocess.run([sys.executable, "-m", "deep_pipeline", "compile", str(skill), "--task", str(bundle),
+                               "--config", str(config), "--estimate"],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=600)
+    finally:
+        os.close(write_end)
+    assert done.stderr == "" and done.returncode == 141
+    home, store = places
+    assert not home.exists() and not store.exists()

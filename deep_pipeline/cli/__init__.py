@@ -85,6 +85,11 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("deep-pipeline: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`... | head`): what it did not read is not a failed step.
+        # stdout is pointed at /dev/null so the exit's flush does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a reader that stopped early
     except Exception as exc:  # noqa: BLE001 - the machine's own faults get one line too
         fault = machine_fault(exc)
         if fault is None:
