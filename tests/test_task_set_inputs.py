@@ -1,8 +1,7 @@
-"""Task sets on the command line (SPEC §11, issue 23 item 1): `compile --task A --task B
---holdout C`, `--tasks set.yaml`, and `validate` with the same flags. Every refusal is one
-line naming the file and the field, exit 2, nothing written; a valid set of more than one
-training task, or with held-out tasks, is refused after its checks (the loop runs one
-training task) except under `--estimate`. One `--task` is today's compile, key and all."""
+"""Task sets on the command line (SPEC §11): `compile --task A --task B --holdout C`,
+`--tasks set.yaml`, and `validate` with the same flags. Every refusal is one line naming
+the file and the field, exit 2, nothing written. One `--task` is today's compile, key and
+all; a valid larger set compiles (tests/test_task_set_compile.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.compiles import compile_identity, register_compile, write_task_bundles
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.inputs.tasks import NOT_YET_COMPILED, load_task_set, task_inputs
+from deep_pipeline.inputs.tasks import load_task_set, task_inputs
 from tests.compile_world import CONFIG, make_inputs
 
 # Computed on main before task sets reached compile_identity (commit 2af586c).
@@ -110,20 +109,11 @@ def test_a_bad_bundle_in_a_set_is_named_as_load_bundle_names_it(tmp_path, inputs
     assert f"{bad}: prompt:" in refused(capsys, compile_argv(skill, config, "--task", bundle, "--task", bad), places)
 
 
-def test_a_valid_set_is_refused_after_its_checks_as_not_yet_compiled(inputs, places, scripted_llm, capsys):
-    skill, bundle, other, third, config = inputs
-    for flags in (("--task", bundle, "--task", other), ("--task", bundle, "--holdout", third)):
-        err = refused(capsys, compile_argv(skill, config, *flags), places)
-        assert NOT_YET_COMPILED in err
-    assert scripted_llm.requests == []
-
-
-def test_checks_come_before_the_not_yet_refusal(inputs, places, scripted_llm, capsys):
-    """A bad setting in a valid set is refused as itself, not as a set not yet compiled."""
+def test_a_bad_setting_in_a_valid_set_is_refused_as_itself(inputs, places, scripted_llm, capsys):
     skill, bundle, other, _, _ = inputs
     err = refused(capsys, ["compile", str(skill), "--task", str(bundle), "--task", str(other),
                            "--judge-model", "nosuchprovider/x"], places)
-    assert NOT_YET_COMPILED not in err and "judge_model" in err
+    assert "judge_model" in err and scripted_llm.requests == []
 
 
 # ------------------------------------------------------------------ --tasks set.yaml
@@ -262,10 +252,10 @@ def test_validate_reports_the_task_set(inputs, capsys):
     assert main(["validate", str(skill), "--task", str(bundle), "--task", str(other), "--holdout", str(third)]) == 0
     out = capsys.readouterr().out
     assert "task: retro (held_out, 2 traces)" in out
-    assert "task set: 2 training, 1 held out: valid; not yet compiled" in out and out.endswith("ok\n")
+    assert "task set: 2 training, 1 held out: valid" in out and out.endswith("ok\n")
     assert main(["validate", str(skill), "--task", str(bundle), "--json"]) == 0
     found = json.loads(capsys.readouterr().out)["task_set"]
-    assert (found["valid"], found["compiled"], found["training"], found["held_out"]) == (True, True, 1, 0)
+    assert (found["valid"], found["training"], found["held_out"]) == (True, 1, 0)
 
 
 def test_validate_refuses_a_set_as_compile_does(tmp_path, inputs, capsys):

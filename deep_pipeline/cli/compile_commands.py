@@ -157,7 +157,7 @@ def _compile(args: argparse.Namespace) -> int:
     from deep_pipeline.runtime.register import register_with_overrides
     from deep_pipeline.engine.compiles import check_inputs, check_task_set_inputs
     from deep_pipeline.engine.settings import effective_config, load_deployment
-    from deep_pipeline.inputs.tasks import load_task_set, refuse_unwired, task_inputs
+    from deep_pipeline.inputs.tasks import load_task_set, task_inputs
 
     overrides = _overrides(args)
     origin = str(args.config or "options")
@@ -173,11 +173,10 @@ def _compile(args: argparse.Namespace) -> int:
         bundle, training_tasks = loaded_set.training[0][0].path, len(loaded_set.training)
     if args.estimate:
         return _estimate(args, skill, loaded, config, training_tasks=training_tasks)
-    if loaded_set is not None:
-        refuse_unwired(loaded_set)  # after every check: the set is valid, the loop runs one training task
     root = _writable_store()  # a store we cannot write is refused before the home is initialised
     instance = _instance()
-    record, new = register_with_overrides(instance, root, args.skill_dir, bundle, overrides, origin, announce=False)
+    record, new = register_with_overrides(instance, root, args.skill_dir, bundle, overrides, origin, announce=False,
+                                          task_set=loaded_set)
     _say(args, f"{'registered' if new else 'resuming'} compile {record.key} in {root / record.key}")
     return _drive_here(args, instance, root, record.key)
 

@@ -162,3 +162,29 @@ def combine(calls: list[CompareCall], order_seed: int) -> Comparison:
 def _joined_reasons(calls: list[CompareCall]) -> str:
     """Each call's reason once, in call order: what a person reads to see why the scores split."""
     return " | ".join(dict.fromkeys(c.reason for c in calls if c.reason))
+
+
+def summary_comparison(per_task: dict[str, Comparison]) -> Comparison:
+    """A task set's comparison for people (SPEC §11): the mean scores, every task's calls,
+    claims and evidence, each reason and regression named by its task. The decision reads
+    the per-task comparisons, never this summary."""
+    if not per_task:
+        raise ValueError("a summary needs at least one task's comparison")
+    items = list(per_task.items())
+    first = items[0][1]
+    orders = [c.order_disagreement for _, c in items if c.order_disagreement is not None]
+    return Comparison(
+        incumbent_score=mean_score([c.incumbent_score for _, c in items]),
+        candidate_score=mean_score([c.candidate_score for _, c in items]),
+        task_relevant=any(c.task_relevant for _, c in items),
+        runtime_regressions=[f"{task}: {item}" for task, c in items for item in c.runtime_regressions],
+        regressions=[claim for _, c in items for claim in c.regressions],
+        dropped_regressions=sum(c.dropped_regressions for _, c in items),
+        candidate_evidence=[ref for _, c in items for ref in c.candidate_evidence],
+        dropped_evidence=sum(c.dropped_evidence for _, c in items),
+        reason=" | ".join(f"{task}: {c.reason}" for task, c in items if c.reason),
+        candidate_label=first.candidate_label,
+        order_seed=first.order_seed,
+        calls=[call for _, c in items for call in c.calls],
+        order_disagreement=any(orders) if orders else None,
+    )

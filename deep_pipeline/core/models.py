@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 Level = Literal["section", "paragraph"]
 StepSource = Literal["user", "agent", "tool", "system"]
@@ -51,6 +51,16 @@ class Record(BaseModel):
     """Base of every record: unknown fields are an error, not silently dropped."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+def omit_when_none(data, record: BaseModel, names: tuple[str, ...]):
+    """A dumped record without the fields in `names` that are None: fields a task set (SPEC §11)
+    adds, so a compile of one task writes its records exactly as before."""
+    if isinstance(data, dict):
+        for name in names:
+            if getattr(record, name) is None:
+                data.pop(name, None)
+    return data
 
 
 class Unit(Record):
@@ -331,6 +341,14 @@ class Decision(Record):
     skill_text: str | None = None
     trace_batch: str | None = None
     candidate_cell: Cell | None = None
+    # A task set's (SPEC §11): every training task's delta and its regressions; None (and
+    # not written) for a compile of one task.
+    task_deltas: dict[str, float] | None = None
+    task_regressions: dict[str, list[str]] | None = None
+
+    @model_serializer(mode="wrap")
+    def _one_task_writes_no_task_fields(self, handler):
+        return omit_when_none(handler(self), self, ("task_deltas", "task_regressions"))
 
 
 class LevelSummary(Record):

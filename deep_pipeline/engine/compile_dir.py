@@ -103,12 +103,14 @@ class CompileDir:
     def skill_text(self) -> str:
         return (self.input_skill / "SKILL.md").read_bytes().decode("utf-8")
 
-    def bundle(self):
-        """The task bundle as registered (its task_dir was resolved into compile.json)."""
+    def bundle(self, stored: str | None = None):
+        """The task bundle as registered (its task_dir was resolved into compile.json); `stored`:
+        another task's copy, relative to the folder (compile.json's `tasks`)."""
         from deep_pipeline.inputs.bundle import validate_bundle
         from deep_pipeline.inputs.jsonfile import load_json_file
 
-        return validate_bundle(load_json_file(self.input_bundle)[1], str(self.input_bundle))
+        path = self.input_bundle if stored is None else self.path / stored
+        return validate_bundle(load_json_file(path)[1], str(path))
 
     def has_batch(self, batch: str) -> bool:
         return (self.batch_dir(batch) / "batch.json").is_file()

@@ -1,9 +1,9 @@
 """Registering a compile: identity (SPEC §2, §11), inputs copied, compile.json written last.
 
 A task set (SPEC §11) of one training task and nothing held out is today's compile of one
-task: same identity, same records. A larger set is checked (`check_task_set_inputs`) and
-its records can be made (`task_records`, `write_task_bundles`), but nothing registers it
-yet: the loop runs one training task, so the CLI refuses it (`inputs/tasks.py` `refuse_unwired`).
+task: same identity, same records. A larger set is checked (`check_task_set_inputs`); its
+compile.json lists every task (`tasks`), and each bundle is copied under input/tasks/
+(`write_task_bundles`), the first training bundle also as input/bundle.json.
 """
 
 from __future__ import annotations
@@ -63,12 +63,22 @@ def check_inputs(skill_dir: Path, bundle_path: Path, config: CompileConfig, tran
     return skill, loaded
 
 
-def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: CompileConfig,
-                     transport=None) -> CompileRecord:
-    """Register (or find) the compile of this skill, bundle and config. Idempotent."""
-    skill, loaded = check_inputs(skill_dir, bundle_path, config, transport)
-    # the verifier is not in the bundle's identity hash
-    identity = compile_identity(skill.package_hash, single_task(loaded.bundle.task_name, loaded.identity_hash), config)
+def register_compile(root: Path, skill_dir: Path, bundle_path: Path | None, config: CompileConfig,
+                     transport=None, task_set=None) -> CompileRecord:
+    """Register (or find) the compile of this skill, bundle and config. Idempotent.
+
+    `task_set` (inputs/tasks.py `LoadedTaskSet`, SPEC §11) instead of `bundle_path`: a set of
+    one training task and nothing held out registers exactly as that bundle alone would."""
+    if task_set is not None and task_set.is_one_task:
+        task_set, bundle_path = None, task_set.training[0][0].path
+    if task_set is None:
+        skill, loaded = check_inputs(skill_dir, bundle_path, config, transport)
+        # the verifier is not in the bundle's identity hash
+        tasks = single_task(loaded.bundle.task_name, loaded.identity_hash)
+    else:
+        skill, loaded = check_task_set_inputs(skill_dir, task_set, config, transport)
+        bundle_path, tasks = task_set.training[0][0].path, task_set.task_set
+    identity = compile_identity(skill.package_hash, tasks, config)
     key = compile_key(skill.name, identity)
     cdir = CompileDir(root, key)
     if cdir.exists():
@@ -88,6 +98,8 @@ def register_compile(root: Path, skill_dir: Path, bundle_path: Path, config: Com
         config=config,
     )
     _write_inputs(cdir, skill.root, Path(bundle_path))
+    if task_set is not None:  # every bundle's copy, held-out ones for after the compile only
+        record = record.model_copy(update={"tasks": write_task_bundles(cdir, task_set)})
     atomic_write_json(cdir.record_path, record)  # last: from here on the compile exists
     return record
 
@@ -119,9 +131,10 @@ def _check_bundle_for_runner(skill, loaded, bundle_path: Path, config: CompileCo
 
 def task_records(loaded_set) -> list[RecordedTask]:
     """compile.json's `tasks` of a task set: each task's name, split, bundle and where its copy goes."""
-    return [RecordedTask(task=loaded.bundle.task_name, split=item.split, bundle_path=str(loaded.path),
+    return [RecordedTask(task=loaded.bundle.task_name, split=item.split, bundle_path=str(Path(loaded.path).resolve()),
                          bundle_hash=loaded.bundle_hash, identity_hash=loaded.identity_hash,
-                         stored=f"input/tasks/{index:02d}-{item.split}.json")
+                         stored=f"input/tasks/{index:02d}-{item.split}.json",
+                         task_dir=str(loaded.task_dir) if loaded.task_dir else None)
             for index, (item, loaded) in enumerate(zip(loaded_set.inputs, loaded_set.bundles))]
 
 

@@ -68,8 +68,36 @@ class CompileHandle:
 
     @cached_property
     def task_prompt(self) -> str:
-        """The task's prompt, read from the stored bundle (compile.json stays small)."""
+        """The (first training) task's prompt, read from the stored bundle (compile.json stays small)."""
         return self.cdir.bundle().prompt
+
+    @cached_property
+    def training_tasks(self) -> list["TrainingTask"]:
+        """The tasks a compile step may read (SPEC §11): the training split only, so a held-out
+        bundle is never opened by a step. A compile of one task has one, labelled None."""
+        record = self.record
+        if record.tasks is None:
+            return [TrainingTask(record.task_name, self.task_prompt, record.task_dir, self.cdir.bundle(), None)]
+        training = [entry for entry in record.tasks if entry.split == "training"]
+        return [TrainingTask(entry.task, (bundle := self.cdir.bundle(entry.stored)).prompt, entry.task_dir, bundle, f"t{i}")
+                for i, entry in enumerate(training)]
+
+    @property
+    def editor_prompt(self) -> str:
+        """The task text the editor is shown: the one task's prompt, or every training task's, named."""
+        tasks = self.training_tasks
+        if len(tasks) == 1:
+            return tasks[0].prompt
+        return "\n\n".join(f"Task {task.name!r}:\n{task.prompt}" for task in tasks)
+
+    def task_traces(self, batch: str) -> list[tuple["TrainingTask", list]]:
+        """Each training task with its traces in `batch` (a compile of one task: the whole batch)."""
+        record, traces = self.cdir.batch(batch), self.cdir.traces(batch)
+        tasks = self.training_tasks
+        if record.task_traces is None:
+            return [(tasks[0], traces)]
+        by_id = {trace.trace_id: trace for trace in traces}
+        return [(task, [by_id[tid] for tid in record.task_traces.get(task.name, [])]) for task in tasks]
 
     @property
     def config(self) -> CompileConfig:
@@ -146,6 +174,28 @@ class CompileHandle:
             raise StepError(f"{kind} {partition_key}: not the compile's next step "
                             f"(the policy asks for {action_label(outlook.action)})")
         return outlook
+
+
+@dataclass(frozen=True)
+class TrainingTask:
+    """One training task of a compile (SPEC §11) and how its work is named apart.
+
+    `label` is None for a compile of one task, whose batches, trace ids and call keys are
+    exactly as they always were; in a task set it is `t<i>` (its place among the training
+    tasks), which names its traces (`<batch>-t<i>-r<n>`) and its calls (`<key>/t<i>`).
+    """
+
+    name: str
+    prompt: str
+    task_dir: str | None
+    bundle: Any
+    label: str | None
+
+    def trace_label(self, batch: str) -> str:
+        return batch if self.label is None else f"{batch}-{self.label}"
+
+    def call_key(self, key: str) -> str:
+        return key if self.label is None else f"{key}/{self.label}"
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,22 @@ def usable_bundle_traces(record: CompileRecord, traces: list[Trace]) -> bool:
     return True
 
 
-def roll_out(ctx: CompileHandle, package_dir, skill_sha256: str, batch: str) -> list[Trace]:
-    """`rollouts` runs of a package, each trace stored the moment it ends.
+def roll_out(ctx: CompileHandle, package_dir, skill_sha256: str, batch: str) -> tuple[list[Trace], dict | None]:
+    """`rollouts` runs of a package per training task (SPEC §6.4, §11): every trace, and each
+    task's trace ids (None for a compile of one task, whose batch is all its task's)."""
+    tasks = ctx.training_tasks
+    if len(tasks) == 1:
+        return _roll_out_task(ctx, tasks[0], package_dir, skill_sha256, batch), None
+    traces, by_task = [], {}
+    for task in tasks:  # one task after another: each task's rollouts run concurrently
+        made = _roll_out_task(ctx, task, package_dir, skill_sha256, batch)
+        traces += made
+        by_task[task.name] = [t.trace_id for t in made]
+    return traces, by_task
+
+
+def _roll_out_task(ctx: CompileHandle, task_of, package_dir, skill_sha256: str, batch: str) -> list[Trace]:
+    """`rollouts` runs of a package on one task, each trace stored the moment it ends.
 
     A run that crashed part-way left some traces behind: those are kept, not run again
     (SPEC §9); batch.json, written by the caller, still commits the batch. A rollout the
@@ -66,37 +80,41 @@ def roll_out(ctx: CompileHandle, package_dir, skill_sha256: str, batch: str) -> 
 
     cdir, record = ctx.cdir, ctx.record
     folder = cdir.batch_dir(batch)
+    label = task_of.trace_label(batch)  # the batch itself for a compile of one task
     done = {
         index: trace
         for index in range(record.config.rollouts)
-        if (path := folder / f"{trace_id(batch, index)}.json").is_file()
+        if (path := folder / f"{trace_id(label, index)}.json").is_file()
         and (trace := read_model(path, Trace)).error_category not in MACHINE_FAULT_CATEGORIES
     }
 
     def store(index: int, trace: Trace) -> None:
         if trace.error_category not in MACHINE_FAULT_CATEGORIES:
-            atomic_write_json(folder / f"{trace.trace_id}.json", trace)
+            atomic_write_json(folder / f"{trace.trace_id}.json", trace.model_copy(update={"batch": batch}))
         ended.append(index)
         outcome = trace.error_category or "done"
-        LIVE.info("%s: rollout %d of %d %s", batch, len(ended), record.config.rollouts, outcome)
+        LIVE.info("%s: rollout %d of %d %s", label, len(ended), record.config.rollouts, outcome)
 
     ended: list[int] = list(done)
 
-    task = RolloutTask(prompt=ctx.task_prompt, task_dir=record.task_dir, skill_name=record.skill_name)
+    task = RolloutTask(prompt=task_of.prompt, task_dir=task_of.task_dir, skill_name=record.skill_name)
+    archive = cdir.raw_dir(batch) if task_of.label is None else cdir.raw_dir(batch) / task_of.label
 
     def waiting_on() -> str:
-        return f"rollout {len(ended) + 1}/{record.config.rollouts} of {batch} waiting on the agent"
+        return f"rollout {len(ended) + 1}/{record.config.rollouts} of {label} waiting on the agent"
 
     with heartbeat(waiting_on):
         traces = ctx.services.runner.run_batch(
-            package_dir=package_dir, skill_sha256=skill_sha256, task=task, batch=batch, n=record.config.rollouts,
-            archive_dir=cdir.raw_dir(batch), done=done, progress=store,
+            package_dir=package_dir, skill_sha256=skill_sha256, task=task, batch=label, n=record.config.rollouts,
+            archive_dir=archive, done=done, progress=store,
         )
+    # A task's traces are the batch's, named by the task's label (a no-op for one task).
+    traces = [t.model_copy(update={"batch": batch}) for t in traces]
     faults = [t for t in traces if t.error_category in MACHINE_FAULT_CATEGORIES]
     if faults:
         first = faults[0]
         raise StepError(
-            f"{batch} rollouts: {len(faults)} of {len(traces)} failed outside the agent "
+            f"{label} rollouts: {len(faults)} of {len(traces)} failed outside the agent "
             f"({first.trace_id}: {first.error_category}: {one_line(first.error_reason, 200)}); "
             "run the compile again to redo only those"
         )
@@ -104,27 +122,46 @@ def roll_out(ctx: CompileHandle, package_dir, skill_sha256: str, batch: str) -> 
 
 
 def input_step(ctx: CompileHandle) -> TraceBatchRecord | None:
-    """The incumbent's traces; None when the budget ran out first (the compile then finalizes)."""
+    """The incumbent's traces; None when the budget ran out first (the compile then finalizes).
+
+    Per training task (SPEC §11): its bundle's traces when they are the incumbent's (§2),
+    else `rollouts` fresh rollouts of S_fast on it.
+    """
     cdir = ctx.cdir
     if cdir.has_batch(INPUT_BATCH):
         return cdir.batch(INPUT_BATCH)
-    record = ctx.record
-    bundle = cdir.bundle()
-    if usable_bundle_traces(record, bundle.traces):
-        traces = [t.model_copy(update={"batch": INPUT_BATCH}) for t in bundle.traces]
-        batch = TraceBatchRecord(batch=INPUT_BATCH, trace_ids=[t.trace_id for t in traces], skill_sha256=record.skill_sha256,
-                                 source="bundle", note="the bundle's traces match this agent, model and SKILL.md")
-    else:
-        from deep_pipeline.llm.budget import BudgetExhausted
+    from deep_pipeline.llm.budget import BudgetExhausted
 
-        try:
-            traces = roll_out(ctx, cdir.input_skill, record.skill_sha256, INPUT_BATCH)
-        except BudgetExhausted as exc:
-            atomic_write_json(cdir.budget_stop_path, {"step": "input_traces", "reason": str(exc)})
-            return None
-        note = f"{len(bundle.traces)} bundle trace(s) kept in input/bundle.json for the record" if bundle.traces else ""
-        batch = TraceBatchRecord(batch=INPUT_BATCH, trace_ids=[t.trace_id for t in traces], skill_sha256=record.skill_sha256,
-                                 source="rollout", note=note)
+    record = ctx.record
+    tasks = ctx.training_tasks
+    traces, by_task, sources, notes = [], {}, set(), []
+    for task in tasks:
+        bundle = task.bundle
+        as_recorded = record.model_copy(update={"bundle_agent": bundle.agent, "bundle_agent_model": bundle.agent_model})
+        if usable_bundle_traces(as_recorded, bundle.traces):
+            made = [t.model_copy(update={"batch": INPUT_BATCH} if task.label is None else
+                                 {"batch": INPUT_BATCH, "trace_id": f"{task.trace_label(INPUT_BATCH)}-b{n}"})
+                    for n, t in enumerate(bundle.traces)]
+            sources.add("bundle")
+            notes.append("the bundle's traces match this agent, model and SKILL.md")
+        else:
+            try:
+                made = _roll_out_task(ctx, task, cdir.input_skill, record.skill_sha256, INPUT_BATCH)
+            except BudgetExhausted as exc:
+                atomic_write_json(cdir.budget_stop_path, {"step": "input_traces", "reason": str(exc)})
+                return None
+            sources.add("rollout")
+            notes.append(f"{len(bundle.traces)} bundle trace(s) kept in its stored bundle for the record"
+                         if bundle.traces else "")
+        traces += made
+        by_task[task.name] = [t.trace_id for t in made]
+    if len(tasks) == 1:
+        note = notes[0].replace("in its stored bundle", "in input/bundle.json")
+        by_task = None
+    else:
+        note = "; ".join(f"{task.name}: {n or 'rolled out'}" for task, n in zip(tasks, notes))
+    batch = TraceBatchRecord(batch=INPUT_BATCH, trace_ids=[t.trace_id for t in traces], skill_sha256=record.skill_sha256,
+                             source="rollout" if "rollout" in sources else "bundle", note=note, task_traces=by_task)
     cdir.require()
     cdir.write_batch(batch, traces)
     return batch

@@ -10,7 +10,8 @@ from __future__ import annotations
 import shutil
 from typing import NamedTuple
 
-from deep_pipeline.core.decision import decide, order_seed, rule_regressions
+from deep_pipeline.core.comparison import summary_comparison
+from deep_pipeline.core.decision import decide_tasks, order_seed, rule_regressions
 from deep_pipeline.core.edits import prepare_edit
 from deep_pipeline.core.keys import batch_name, edit_call_key, iteration_key, matrix_key, parse_key
 from deep_pipeline.core.matrix import current_matrix
@@ -22,6 +23,7 @@ from deep_pipeline.core.models import (
     Cell,
     Decision,
     ScoreMatrix,
+    TaskComparison,
 )
 from deep_pipeline.core.actions import RunIteration
 from deep_pipeline.core.skill_use import SkillUse, not_applicable_reason, skill_use
@@ -37,6 +39,7 @@ from deep_pipeline.engine.records import (
     EditRecord,
     MatrixRecord,
     RolloutsRecord,
+    TaskComparisonEntry,
     TraceBatchRecord,
 )
 from deep_pipeline.errors import AnswerError, StepError
@@ -137,7 +140,7 @@ def _write_edit(it: Iteration, state, action: RunIteration, seq: int, first_atte
             edit, made = propose_edit(
                 ctx.services.editor,
                 step_key=edit_call_key(it.key, attempt),
-                task_prompt=ctx.task_prompt,
+                task_prompt=ctx.editor_prompt,
                 skill_text=state.current_skill_text,
                 unit=unit,
                 cell=cell,
@@ -193,11 +196,11 @@ def rollouts_step(it: Iteration, candidate: CandidateRecord) -> RolloutsRecord:
             return RolloutsRecord(skipped=candidate.skipped)
         if not ctx.cdir.has_batch(it.batch):
             try:
-                traces = roll_out(ctx, it.path("candidate"), candidate.skill_sha256, it.batch)
+                traces, by_task = roll_out(ctx, it.path("candidate"), candidate.skill_sha256, it.batch)
             except BudgetExhausted:
                 return RolloutsRecord(skipped="budget_exhausted")
             batch = TraceBatchRecord(batch=it.batch, trace_ids=[t.trace_id for t in traces],
-                                     skill_sha256=candidate.skill_sha256, source="rollout")
+                                     skill_sha256=candidate.skill_sha256, source="rollout", task_traces=by_task)
             ctx.cdir.write_batch(batch, traces)
         traces = ctx.cdir.traces(it.batch)
         return RolloutsRecord(
@@ -219,35 +222,49 @@ def _skill_use(it: Iteration, traces: list) -> list[SkillUse]:
 
 
 def comparison_step(it: Iteration, edit: EditRecord, rollouts: RolloutsRecord) -> ComparisonRecord:
-    """The judge compares incumbent and candidate on the one cell, blind (SPEC §6.5)."""
+    """The judge compares incumbent and candidate on the one cell, blind, per training task (SPEC §6.5, §11)."""
     from deep_pipeline.llm.budget import BudgetExhausted
-    from deep_pipeline.llm.comparator import compare_cell
 
     ctx = it.ctx
 
     def make() -> ComparisonRecord:
         if rollouts.skipped:
             return ComparisonRecord(skipped=rollouts.skipped)
-        cfg = ctx.config
-        incumbent, candidate = ctx.cdir.traces(edit.incumbent_batch), ctx.cdir.traces(rollouts.batch)
+        incumbent = dict((task.name, traces) for task, traces in ctx.task_traces(edit.incumbent_batch))
+        entries, calls = [], []
         try:
-            comparison, calls = compare_cell(
-                ctx.services.judge, iteration_key=it.key, task_prompt=ctx.task_prompt, unit=edit.unit,
-                old_text=edit.unit_text_before, new_text=edit.unit_text_after,
-                dimension=ctx.dimension(edit.coordinate.dimension),
-                incumbent_traces=incumbent, candidate_traces=candidate, order_seed=order_seed(it.key),
-                orders=cfg.compare_orders, samples=cfg.compare_samples, need_evidence=cfg.regressions_need_evidence,
-                parallel=cfg.parallel,
-            )
+            for task, candidate in ctx.task_traces(rollouts.batch):
+                comparison, made = _compare_task(it, edit, task, incumbent[task.name], candidate)
+                entries.append(TaskComparisonEntry(task=task.name, comparison=comparison,
+                                                   rule_regressions=rule_regressions(incumbent[task.name], candidate)))
+                calls += made
         except BudgetExhausted:
             return ComparisonRecord(skipped="budget_exhausted")
+        one = len(entries) == 1
         return ComparisonRecord(
-            comparison=comparison, rule_regressions=rule_regressions(incumbent, candidate),
+            comparison=entries[0].comparison if one else summary_comparison({e.task: e.comparison for e in entries}),
+            rule_regressions=entries[0].rule_regressions if one else
+            [f"{e.task}: {item}" for e in entries for item in e.rule_regressions],
             incumbent_batch=edit.incumbent_batch, candidate_batch=rollouts.batch, usage=usage_of_calls(calls),
+            task_comparisons=None if one else entries,
         )
 
     with heartbeat(lambda: f"the comparison of {it.key} waiting on {model_of(ctx.services.judge)}"):
         return it.once("comparison.json", ComparisonRecord, make)
+
+
+def _compare_task(it: Iteration, edit: EditRecord, task, incumbent: list, candidate: list):
+    from deep_pipeline.llm.comparator import compare_cell
+
+    cfg = it.ctx.config
+    return compare_cell(
+        it.ctx.services.judge, iteration_key=task.call_key(it.key), task_prompt=task.prompt, unit=edit.unit,
+        old_text=edit.unit_text_before, new_text=edit.unit_text_after,
+        dimension=it.ctx.dimension(edit.coordinate.dimension),
+        incumbent_traces=incumbent, candidate_traces=candidate, order_seed=order_seed(it.key),
+        orders=cfg.compare_orders, samples=cfg.compare_samples, need_evidence=cfg.regressions_need_evidence,
+        parallel=cfg.parallel,
+    )
 
 
 class Decided(NamedTuple):
@@ -289,18 +306,19 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
         decision = Decision(**common, accepted=False, reason=SKIP_REASONS[comparison.skipped])
     else:
         result = comparison.comparison
-        inc = ctx.cdir.traces(comparison.incumbent_batch)
-        cand = ctx.cdir.traces(comparison.candidate_batch)
-        accepted, reason, delta = decide(result, inc, cand, ctx.config.min_gain)
+        verdict = decide_tasks(_task_comparisons(ctx, comparison), ctx.config.min_gain, ctx.config.max_task_loss)
+        several = comparison.task_comparisons is not None
         decision = Decision(
-            **common, accepted=accepted, reason=reason, delta=delta,
+            **common, accepted=verdict.accepted, reason=verdict.reason, delta=verdict.delta,
             incumbent_score=result.incumbent_score, candidate_score=result.candidate_score,
             candidate_label=result.candidate_label, order_seed=result.order_seed,
             order_disagreement=result.order_disagreement,
             call_scores=[CallScores(candidate_label=c.candidate_label, sample=c.sample, incumbent_score=c.incumbent_score,
                                     candidate_score=c.candidate_score) for c in result.calls],
+            task_deltas=verdict.task_deltas if several else None,
+            task_regressions=verdict.task_regressions if several else None,
         )
-        if accepted:
+        if verdict.accepted:
             decision = decision.model_copy(update=dict(
                 new_text=edit.unit_text_after, skill_text=edit.candidate_skill_text, trace_batch=comparison.candidate_batch,
                 candidate_cell=Cell(
@@ -309,6 +327,19 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
                 ),
             ))
     return DecisionRecord(seq=edit.seq, decision=decision, usage=edit.usage.add(comparison.usage))
+
+
+def _task_comparisons(ctx: CompileHandle, comparison: ComparisonRecord) -> list[TaskComparison]:
+    """What the decision rule reads: each training task's comparison and traces (one task: the whole batches)."""
+    incumbent = ctx.task_traces(comparison.incumbent_batch)
+    candidate = dict((task.name, traces) for task, traces in ctx.task_traces(comparison.candidate_batch))
+    if comparison.task_comparisons is None:
+        (task, traces), = incumbent
+        return [TaskComparison(task="", comparison=comparison.comparison, incumbent_traces=traces,
+                               candidate_traces=candidate[task.name])]
+    by_task = {entry.task: entry.comparison for entry in comparison.task_comparisons}
+    return [TaskComparison(task=task.name, comparison=by_task[task.name], incumbent_traces=traces,
+                           candidate_traces=candidate[task.name]) for task, traces in incumbent]
 
 
 def run_iteration(ctx: CompileHandle, level: str, index: int) -> Decided:

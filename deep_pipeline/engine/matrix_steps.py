@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pydantic import BaseModel
 
 from deep_pipeline.core.keys import column_call_key, matrix_key
+from deep_pipeline.core.matrix import mean_cells
 from deep_pipeline.core.models import ScoreMatrix, Unit
 from deep_pipeline.core.actions import ScoreLevel
 from deep_pipeline.core.units import cut_units
@@ -57,8 +58,10 @@ class MatrixStep:
             self.start = start
         return self.start
 
-    def column_path(self, dimension: str):
-        return self.folder / f"column-{dimension}.json"
+    def column_path(self, dimension: str, task=None):
+        """A column's record; with a task of a set (SPEC §11), that task's part of the column."""
+        label = "" if task is None or task.label is None else f".{task.label}"
+        return self.folder / f"column-{dimension}{label}.json"
 
     def stored_columns(self) -> list[ColumnRecord]:
         """The columns already scored, in the config's dimension order."""
@@ -67,7 +70,11 @@ class MatrixStep:
 
 
 def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
-    """Yield every column as it is done (stored ones first); a budget stop ends the stream."""
+    """Yield every column as it is done (stored ones first); a budget stop ends the stream.
+
+    A task set's column is one judge call per training task, each seeing that task's
+    traces only, stored apart; the column (their mean cells) once every part is in (SPEC §11).
+    """
     from deep_pipeline.llm.budget import BudgetExhausted
     from deep_pipeline.llm.client import StoppedByFailure
     from deep_pipeline.llm.judge import score_column
@@ -79,17 +86,24 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
     todo = [dim for dim in ctx.config.dimensions if dim.name not in {c.dimension for c in stored}]
     if not todo:
         return
-    traces = ctx.cdir.traces(start.trace_batch)
+    per_task = ctx.task_traces(start.trace_batch)
+    several = len(per_task) > 1
+    parts = [(dim, task, traces) for dim in todo for task, traces in per_task
+             if not (several and step.column_path(dim.name, task).is_file())]
+    for dim in todo if several else ():  # every part stored before a crash: only the column is left
+        if not any(part[0] is dim for part in parts) and (column := _column_if_complete(step, dim, per_task)):
+            yield column
+    if not parts:
+        return
     # One client (one budget, one cap) for every column thread, whose sends stop with the step.
     judge = ctx.services.judge.stoppable()
-    task_prompt = ctx.task_prompt  # read once, not by each column thread
 
-    def score(dim):
+    def score(dim, task, traces) -> ColumnRecord:
         try:
             result = score_column(
                 judge,
-                step_key=column_call_key(step.key, dim.name),
-                task_prompt=task_prompt,
+                step_key=task.call_key(column_call_key(step.key, dim.name)),
+                task_prompt=task.prompt,
                 skill_text=start.skill_text,
                 units=start.units,
                 dimension=dim,
@@ -108,24 +122,25 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
             prompt_chars=result.prompt_chars,
             shared_prefix_chars=result.shared_prefix_chars,
         )
-        atomic_write_json(step.column_path(dim.name), column)
+        atomic_write_json(step.column_path(dim.name, task if several else None), column)
         return column
 
     ended = [0]
 
     def waiting_on() -> str:
-        return f"column {ended[0] + 1}/{len(todo)} of {step.key} waiting on {model_of(judge)}"
+        return f"column {ended[0] + 1}/{len(parts)} of {step.key} waiting on {model_of(judge)}"
 
     # The client's limiter keeps the compile's calls in flight under its cap.
     pool = ThreadPoolExecutor(max_workers=ctx.config.parallel)
-    futures = [pool.submit(score, dim) for dim in todo]
+    futures = {pool.submit(score, *part): part[0] for part in parts}
     stopped = None  # a column not sent because another failed: raised only if no other failure is seen
+    finished: set[str] = set()
     try:
         with heartbeat(waiting_on):
             for future in as_completed(futures):
                 ended[0] += 1
                 try:
-                    column = future.result()
+                    future.result()
                 except BudgetExhausted:
                     continue  # the matrix is recorded as stopped at the budget
                 except StoppedByFailure as error:
@@ -133,8 +148,15 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
                     # whose error is the step's reason.
                     stopped = stopped or error
                     continue
-                LIVE.info("%s: column %s scored (%d of %d)", step.key, column.dimension, ended[0], len(todo))
-                yield column
+                column = future.result()
+                if several:
+                    # A part another thread stored before its future is seen completes the column early: once only.
+                    dim = futures[future]
+                    column = None if dim.name in finished else _column_if_complete(step, dim, per_task)
+                if column is not None:
+                    finished.add(column.dimension)
+                    LIVE.info("%s: column %s scored (%d of %d)", step.key, column.dimension, ended[0], len(parts))
+                    yield column
     except BaseException:
         # The first failed column fails the step now: the others are not sent, and those in
         # flight end at their current send (the columns already stored are kept).
@@ -144,6 +166,30 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
     pool.shutdown(wait=True)
     if stopped is not None:
         raise stopped
+
+
+def _column_if_complete(step: MatrixStep, dim, per_task) -> ColumnRecord | None:
+    """A task set's column once every training task's part is stored: the mean cells, each
+    task's own kept (SPEC §11); written as the one-task column is, so readers see one column."""
+    paths = {task.name: step.column_path(dim.name, task) for task, _ in per_task}
+    if not all(path.is_file() for path in paths.values()):
+        return None
+    task_parts = {name: read_model(path, ColumnRecord) for name, path in paths.items()}
+    usage = Usage()
+    for part in task_parts.values():
+        usage = usage.add(part.usage)
+    means = mean_cells({name: part.cells for name, part in task_parts.items()})
+    column = ColumnRecord(
+        dimension=dim.name,
+        cells=[mean.cell for mean in means],
+        dropped_evidence=sum(part.dropped_evidence for part in task_parts.values()),
+        usage=usage,
+        prompt_chars=sum(part.prompt_chars for part in task_parts.values()),
+        shared_prefix_chars=min(part.shared_prefix_chars for part in task_parts.values()),
+        task_cells={name: part.cells for name, part in task_parts.items()},
+    )
+    atomic_write_json(step.column_path(dim.name), column)
+    return column
 
 
 def assemble_matrix(step: MatrixStep) -> MatrixRecord:

@@ -13,7 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from deep_pipeline.core.config import CompileConfig
-from deep_pipeline.core.models import Cell, Comparison, Coordinate, Decision, LevelSummary, LocalEdit, ScoreMatrix, Unit
+from deep_pipeline.core.models import (Cell, Comparison, Coordinate, Decision, LevelSummary, LocalEdit, ScoreMatrix, Unit,
+                                        omit_when_none)
 from deep_pipeline.core.skill_use import IterationSkillUse, SkillUse
 from deep_pipeline.llm.accounting import Usage  # the calls' totals each record keeps; owned with the call records
 
@@ -35,6 +36,7 @@ class RecordedTask(EngineRecord):
     bundle_hash: str  # sha256 of the file's bytes
     identity_hash: str | None = None  # what the identity hashes (no verifier); None: not recorded (one task)
     stored: str  # its copy, relative to the compile folder
+    task_dir: str | None = None  # the bundle's task_dir, resolved
 
 
 class CompileRecord(EngineRecord):
@@ -73,10 +75,7 @@ class CompileRecord(EngineRecord):
 
     @model_serializer(mode="wrap")
     def _one_task_writes_no_set(self, handler):
-        data = handler(self)
-        if self.tasks is None and isinstance(data, dict):
-            data.pop("tasks", None)
-        return data
+        return omit_when_none(handler(self), self, ("tasks",))
 
     @model_validator(mode="before")
     @classmethod
@@ -95,6 +94,13 @@ class TraceBatchRecord(EngineRecord):
     skill_sha256: str
     source: Literal["bundle", "rollout"]
     note: str = ""
+    # A task set's batch (SPEC §11): each training task's trace ids, in the set's order; None
+    # (and not written) for a compile of one task, whose batch is all its one task's.
+    task_traces: dict[str, list[str]] | None = None
+
+    @model_serializer(mode="wrap")
+    def _one_task_writes_no_split(self, handler):
+        return omit_when_none(handler(self), self, ("task_traces",))
 
 
 class ColumnRecord(EngineRecord):
@@ -104,6 +110,13 @@ class ColumnRecord(EngineRecord):
     usage: Usage = Field(default_factory=Usage)
     prompt_chars: int = 0
     shared_prefix_chars: int = 0  # chars before the first per-dimension character: same in all columns
+    # A task set's column (SPEC §11): `cells` are the means, these every training task's own
+    # cells with their evidence; None (and not written) for a compile of one task.
+    task_cells: dict[str, list[Cell]] | None = None
+
+    @model_serializer(mode="wrap")
+    def _one_task_writes_no_task_cells(self, handler):
+        return omit_when_none(handler(self), self, ("task_cells",))
 
     @property
     def shared_prefix_fraction(self) -> float:
@@ -169,6 +182,14 @@ class RolloutsRecord(EngineRecord):
     skill_use: list[SkillUse] = Field(default_factory=list)
 
 
+class TaskComparisonEntry(EngineRecord):
+    """One training task's comparison in a task set's comparison.json."""
+
+    task: str
+    comparison: Comparison
+    rule_regressions: list[str] = Field(default_factory=list)
+
+
 class ComparisonRecord(EngineRecord):
     skipped: str | None = None
     comparison: Comparison | None = None  # the judge's answer: its scores, evidence and regressions
@@ -178,6 +199,13 @@ class ComparisonRecord(EngineRecord):
     incumbent_batch: str | None = None
     candidate_batch: str | None = None
     usage: Usage = Field(default_factory=Usage)
+    # A task set's (SPEC §11): each training task's comparison; `comparison` is then their
+    # summary (mean scores, every call), read by people and metadata, not by the decision.
+    task_comparisons: list[TaskComparisonEntry] | None = None
+
+    @model_serializer(mode="wrap")
+    def _one_task_writes_no_task_comparisons(self, handler):
+        return omit_when_none(handler(self), self, ("task_comparisons",))
 
 
 class DecisionRecord(EngineRecord):

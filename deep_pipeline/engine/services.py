@@ -115,7 +115,7 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
         config,
         model_client=lambda: client(config.agent_model, config.agent_api_base, "agent"),
         agent_settings=agent_model_settings(config, api_keys),
-        replay_traces=cdir.bundle().traces if config.runner == "replay" else None,
+        replay_traces=_replay_traces(cdir, record) if config.runner == "replay" else None,
         local_home=home,
         agents_dir=cdir.path / "agents",
     )
@@ -125,3 +125,11 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
         runner=runner,
     )
 
+
+
+def _replay_traces(cdir: CompileDir, record: CompileRecord):
+    """What the replay runner serves: the bundle's traces, or each training task's by its prompt (SPEC §11)."""
+    if record.tasks is None:
+        return cdir.bundle().traces
+    bundles = [cdir.bundle(entry.stored) for entry in record.tasks if entry.split == "training"]
+    return {bundle.prompt: bundle.traces for bundle in bundles}

@@ -29,8 +29,6 @@ from deep_pipeline.inputs.bundle import LoadedBundle, load_bundle
 from deep_pipeline.inputs.jsonfile import decode_utf8, describe_validation_error, read_bytes
 
 FILE_SPLITS: dict[str, Split] = {"train": "training", "holdout": "held_out"}
-NOT_YET_COMPILED = ("task sets are validated but not yet compiled: the loop runs one training task "
-                    "(SPEC §11 wiring in progress)")
 
 
 class TaskSetItem(BaseModel):
@@ -132,12 +130,6 @@ def load_task_set(inputs: list[TaskInput]) -> LoadedTaskSet:
         both = [p for p in task_set_problems(task_set) if "is in both splits" in p]
         raise InputError(_named(both[0] if both else str(exc), inputs)) from None
     return LoadedTaskSet(inputs=inputs, bundles=bundles, task_set=task_set)
-
-
-def refuse_unwired(loaded: LoadedTaskSet) -> None:
-    """The loop runs one training task: a set of more, or with held-out tasks, is refused (after it was checked)."""
-    if not loaded.is_one_task:
-        raise InputError(NOT_YET_COMPILED)
 
 
 def _named(problem: str, inputs: list[TaskInput]) -> str:

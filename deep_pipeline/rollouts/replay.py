@@ -21,9 +21,17 @@ REFUSES_VERIFY = ("runner 'replay' cannot be evaluated: it serves recorded trace
 
 
 class ReplayRunner:
+    """`traces`: one bundle's; or, for a task set (SPEC §11), each training task's by its
+    prompt, so a task's rollouts replay its own bundle (the first task's for another prompt)."""
+
     name = "replay"
 
-    def __init__(self, traces: list[Trace]) -> None:
+    def __init__(self, traces: list[Trace] | dict[str, list[Trace]]) -> None:
+        if isinstance(traces, dict):
+            self.by_prompt = {prompt: ReplayRunner(listed).traces for prompt, listed in traces.items()}
+            traces = next(iter(traces.values()), [])
+        else:
+            self.by_prompt = {}
         if not traces:
             raise InputError("runner 'replay' needs at least one trace in the task bundle's traces")
         self.traces = [t for t in traces if t.error_category not in MACHINE_FAULT_CATEGORIES]
@@ -49,9 +57,10 @@ class ReplayRunner:
         if verify is not None:
             raise InputError(REFUSES_VERIFY)
         check_task_dir(task)
+        pool = self.by_prompt.get(task.prompt, self.traces)
         served = []
         for index in range(n):
-            source = self.traces[index % len(self.traces)]
+            source = pool[index % len(pool)]
             # Stamped with the package it stands in for (the steps key batches by it), and
             # marked as a replay of the recorded run, which may have had another SKILL.md.
             origin = source.replay_of or ReplayOrigin(trace_id=source.trace_id, skill_sha256=source.skill_sha256)

@@ -19,16 +19,19 @@ from deep_pipeline.runtime.tags import COMPILE_TAG
 LLM_POOL = "llm"
 
 
-def register_with_overrides(instance: dg.DagsterInstance, root: Path, skill_dir: Path, bundle: Path, overrides: dict[str, Any],
-             origin: str = "config", announce: bool = True, transport=None) -> tuple[CompileRecord, bool]:
+def register_with_overrides(instance: dg.DagsterInstance, root: Path, skill_dir: Path, bundle: Path | None,
+                            overrides: dict[str, Any], origin: str = "config", announce: bool = True, transport=None,
+                            task_set=None) -> tuple[CompileRecord, bool]:
     """Register a compile from the deployment's settings and these overrides. Returns (record, newly created).
+
+    `task_set` (a checked `LoadedTaskSet`) in place of `bundle`: a compile of a task set (SPEC §11).
 
     `announce` adds its `compiles` partition, which hands it to the loop sensor; a driver
     that carries the compile itself leaves that to `drive_compile`, which does it under its lock.
     """
     config = effective_config(load_deployment(), overrides, origin)
     existed = {p.name for p in Path(root).iterdir()} if Path(root).is_dir() else set()
-    record = register_compile(root, skill_dir, bundle, config, transport)
+    record = register_compile(root, skill_dir, bundle, config, transport, task_set=task_set)
     if announce:
         announce_compile(instance, record.key)
     return record, record.key not in existed
