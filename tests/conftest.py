@@ -20,6 +20,33 @@ import pytest
 os.environ.setdefault("DEEP_PIPELINE_MODEL_WORKER_IDLE_S", "15")
 
 
+@pytest.fixture(autouse=True)
+def _no_local_model_server_outlives_its_test(request):
+    """Stop every local model server a test's homes started (each 340 MB, serving until
+    SIGTERM by design: it is shared by a home's runs). A CLI compile with the command runner
+    and `agent_model: local` starts one in its own session, so the test's process cleanup
+    never reaches it; left running, a suite's worth of them exhausted the machine's memory.
+    Found by its recorded pid and command line, not an HTTP probe: a busy server answers late."""
+    # Asked for before the test, so tmp_path is torn down after this fixture, not before.
+    tmp_path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    for state in tmp_path.rglob("local_model/server.json") if tmp_path is not None else ():
+        stop_recorded_server(state)
+
+
+def stop_recorded_server(state) -> None:
+    import json
+    import signal
+
+    try:
+        pid = json.loads(state.read_text())["pid"]
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+    except (OSError, ValueError, KeyError):
+        return  # gone already, or never started
+    if b"deep_pipeline.llm.local_server" in cmdline:
+        os.kill(pid, signal.SIGKILL)  # nothing of it is kept: the test's home goes with it
+
+
 def pytest_collection_modifyitems(items):
     """Files holding slow tests first, the rest after, each file's tests kept together and in
     order. `make test` hands whole files to its workers in this order (pytest-xdist
