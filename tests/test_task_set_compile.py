@@ -160,6 +160,14 @@ def test_a_task_set_compiles_from_the_cli_and_a_rerun_resumes_it(tmp_path, scrip
     assert [(t["task"], t["split"]) for t in record["tasks"]] == [
         ("status-update", "training"), ("release-notes", "training"), ("retro", "held_out")]
     assert all((folder / t["stored"]).is_file() for t in record["tasks"])
+    # The decision page in the UI has the per-task table.
+    import dagster as dg
+
+    (mat,) = [r.asset_materialization for r in dg.DagsterInstance.get().fetch_materializations(
+        dg.AssetKey("decision"), limit=10).records]
+    table = mat.metadata["tasks"].value
+    assert "| status-update | 2 | 4 | +2 | - |" in table and "| release-notes | 2 | 4 | +2 | - |" in table
+    assert mat.metadata["task_deltas"].value == {"status-update": 2.0, "release-notes": 2.0}
     calls = len(scripted_llm.requests)
     assert main(argv + ["--quiet"]) == 0  # the same set again: the same compile, nothing repeated
     assert len(scripted_llm.requests) == calls and len(list((home / "compiles").iterdir())) == 1

@@ -9,10 +9,10 @@ from urllib.parse import quote, urlencode
 import dagster as dg
 
 from deep_pipeline.core.evidence import quote_context, step_full_text
-from deep_pipeline.core.models import Cell, Comparison, ScoreMatrix, Trace
+from deep_pipeline.core.models import Cell, Comparison, Decision, ScoreMatrix, Trace
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.iteration_steps import level_matrix_at
-from deep_pipeline.engine.records import EditRecord
+from deep_pipeline.engine.records import ComparisonRecord, EditRecord
 from deep_pipeline.store import read_model
 
 QUOTE_WIDTH = 80  # characters of the step shown each side of a quote
@@ -96,6 +96,20 @@ def scores_table(comparison: Comparison) -> str:
     if len(comparison.calls) > 1:
         lines += [f"| candidate as {c.candidate_label}, sample {c.sample} | {c.incumbent_score} | {c.candidate_score} |"
                   for c in comparison.calls]
+    return "\n".join(lines)
+
+
+def task_table(stored: ComparisonRecord, decision: Decision) -> str:
+    """A task set's decision per training task (SPEC §11): each task's scores, delta against
+    `max_task_loss`'s rule, regressions and the judge's evidence count."""
+    lines = ["| task | incumbent | candidate | delta | regressions | evidence quotes |", "|---|---|---|---|---|---|"]
+    deltas, found = decision.task_deltas or {}, decision.task_regressions or {}
+    for entry in stored.task_comparisons or []:
+        c = entry.comparison
+        delta = deltas.get(entry.task)
+        lines.append(f"| {table_text(entry.task)} | {c.incumbent_score} | {c.candidate_score} | "
+                     f"{'-' if delta is None else f'{delta:+g}'} | {table_text(', '.join(found.get(entry.task, []))) or '-'} | "
+                     f"{len(c.candidate_evidence)} |")
     return "\n".join(lines)
 
 

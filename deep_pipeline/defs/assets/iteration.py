@@ -15,7 +15,8 @@ from deep_pipeline.core.keys import parse_key
 from deep_pipeline.core.matrix import matrix_markdown
 from deep_pipeline.runtime.asset_step import asset_step
 from deep_pipeline.defs.metadata import agent_usage_meta, calls_table, file_ref, skill_use_meta, unit_diff, usage_meta
-from deep_pipeline.defs.pages import TraceLookup, cell_page, decision_links, evidence_table, matrix_before, scores_table
+from deep_pipeline.defs.pages import (TraceLookup, cell_page, decision_links, evidence_table, matrix_before, scores_table,
+                                     task_table)
 from deep_pipeline.defs.partitions import across_sets, iterations_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine import iteration_steps as steps
@@ -174,6 +175,15 @@ def _page(it: steps.Iteration, edit: EditRecord, matrix_after) -> dict:
     return meta
 
 
+def _tasks_page(it: steps.Iteration, d) -> dict:
+    """A task set's per-task table (SPEC §11); nothing for a compile of one task."""
+    stored = it.load("comparison.json", ComparisonRecord)
+    if stored is None or stored.task_comparisons is None:
+        return {}
+    return {"tasks": dg.MetadataValue.md(task_table(stored, d)),
+            "task_deltas": dg.MetadataValue.json(d.task_deltas or {})}
+
+
 @dg.asset(**COMMON, deps=[comparison], description="The iteration's decision (SPEC §6.6); recording it is the commit (§6.7). "
           "Its page stands alone: diff, scores, the judge's reason, evidence in its trace steps, the cell "
           "that selected the unit, the matrix before and after, links to the records.")
@@ -198,6 +208,7 @@ def decision(context: dg.AssetExecutionContext, store: CompileStoreResource) -> 
         "selected_from_matrix": dg.MetadataValue.text(edit.matrix_key or "-"),
         "evidence_files": dg.MetadataValue.json({n: str(it.path(n)) for n in ("edit.json", "comparison.json", "rollouts.json")}),
         **_page(it, edit, matrix_after),
+        **_tasks_page(it, d),
         **decision_links(it.ctx.cdir.key, context.partition_key, edit.matrix_key, context.run.run_id),
         **_skill_use(it, it.load("rollouts.json", RolloutsRecord)),
         # the editor's and judge's calls again (candidate_edit, comparison): prefixed, so model_calls sums right
