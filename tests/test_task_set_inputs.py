@@ -264,3 +264,17 @@ def test_validate_refuses_a_set_as_compile_does(tmp_path, inputs, capsys):
     assert main(["validate", str(skill), "--task", str(bundle), "--holdout", str(leak)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "held-out traces would leak into training" in captured.err
+
+
+def test_estimate_prices_each_call_kind_at_its_largest_prompt_over_the_training_tasks(tmp_path, inputs, places,
+                                                                                      scripted_llm, capsys):
+    skill, bundle, _, _, config = inputs
+    long = write_bundle(tmp_path / "tasks" / "long.json", json.loads(bundle.read_text()), "long-report",
+                        "Write the long report. " + "Cover every project in detail. " * 200)
+    tokens = {}
+    for name, flags in (("short", ("--task", bundle)), ("long", ("--task", long)),
+                        ("both", ("--task", bundle, "--task", long))):
+        assert main(compile_argv(skill, config, *flags, "--estimate", "--json")) == 0
+        tokens[name] = json.loads(capsys.readouterr().out)["prompt_tokens"]
+    assert tokens["both"] == {kind: max(tokens["short"][kind], tokens["long"][kind]) for kind in tokens["both"]}
+    assert any(tokens["both"][kind] > tokens["short"][kind] for kind in tokens["both"])

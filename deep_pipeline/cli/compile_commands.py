@@ -172,7 +172,8 @@ def _compile(args: argparse.Namespace) -> int:
         skill, loaded = check_task_set_inputs(args.skill_dir, loaded_set, config)
         bundle, training_tasks = loaded_set.training[0][0].path, len(loaded_set.training)
     if args.estimate:
-        return _estimate(args, skill, loaded, config, training_tasks=training_tasks)
+        every = loaded if loaded_set is None else [bundle for _, bundle in loaded_set.training]
+        return _estimate(args, skill, every, config, training_tasks=training_tasks)
     root = _writable_store()  # a store we cannot write is refused before the home is initialised
     instance = _instance()
     record, new = register_with_overrides(instance, root, args.skill_dir, bundle, overrides, origin, announce=False,

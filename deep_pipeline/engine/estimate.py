@@ -62,12 +62,21 @@ class _Profile:
 
 def estimate_compile(skill, loaded, config: CompileConfig, training_tasks: int = 1) -> CompileEstimate:
     """The estimate of compiling `skill` (inputs.skill.SkillPackage) against `loaded`
-    (inputs.bundle.LoadedBundle) with `config`, for `training_tasks` tasks like this one."""
+    (an inputs.bundle.LoadedBundle, or every training task's) with `config`, for
+    `training_tasks` tasks: each call kind priced at its largest prompt over the tasks."""
     from deep_pipeline.llm.client import ANSWER_ATTEMPTS, RETRIES
 
-    traces, traces_note = _traces(skill, loaded, config)
-    prompts = _prompts(skill, loaded.bundle.prompt, config, traces)
-    tokens, method = _count(prompts)
+    bundles = list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
+    loaded = bundles[0]
+    tokens, method, traces_note = {}, TOKEN_COUNTER, ""
+    for each in bundles:
+        traces, note = _traces(skill, each, config)
+        counted, how = _count(_prompts(skill, each.bundle.prompt, config, traces))
+        tokens = {kind: max(n, tokens.get(kind, 0)) for kind, n in counted.items()}
+        method = "chars/4" if how == "chars/4" else method
+        traces_note = traces_note or note
+    if len(bundles) > 1:
+        traces_note += f"; each call kind at its largest prompt over the {len(bundles)} training tasks"
     prices = {role: _price(getattr(config, f"{role}_model")) for role in ROLES}
     bound = estimate(config, training_tasks)
     worst = estimate(config, training_tasks, answer_attempts=ANSWER_ATTEMPTS, sends_per_answer=RETRIES + 1)
