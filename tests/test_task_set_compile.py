@@ -171,3 +171,15 @@ def test_a_task_set_compiles_from_the_cli_and_a_rerun_resumes_it(tmp_path, scrip
     calls = len(scripted_llm.requests)
     assert main(argv + ["--quiet"]) == 0  # the same set again: the same compile, nothing repeated
     assert len(scripted_llm.requests) == calls and len(list((home / "compiles").iterdir())) == 1
+
+
+def test_the_report_names_the_splits_and_every_task_s_delta(tmp_path, scripted_llm):
+    from deep_pipeline.report import gather, render
+
+    ctx = compiled(tmp_path, scripted_llm, TaskWorld({"status-update": (2, 5), "release-notes": (4, 3)}))
+    page = render(gather(ctx.cdir))
+    assert "<dt>training tasks</dt><dd>status-update, release-notes</dd>" in page
+    assert "<dt>held-out tasks</dt><dd>retro (sealed: never seen by the compile)</dd>" in page
+    assert "+1.00 (status-update +3, release-notes -1)" in page and "task_regressed:release-notes" in page
+    report = json.loads(ctx.cdir.report_path.read_text())
+    assert report["decisions"][0]["task_deltas"] == {"status-update": 3.0, "release-notes": -1.0}

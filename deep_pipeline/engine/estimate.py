@@ -81,7 +81,8 @@ def estimate_compile(skill, loaded, config: CompileConfig, training_tasks: int =
     bound = estimate(config, training_tasks)
     worst = estimate(config, training_tasks, answer_attempts=ANSWER_ATTEMPTS, sends_per_answer=RETRIES + 1)
     return CompileEstimate(
-        skill=skill.name, task=loaded.bundle.task_name, training_tasks=training_tasks, runner=config.runner,
+        skill=skill.name, task=", ".join(b.bundle.task_name for b in bundles), training_tasks=training_tasks,
+        runner=config.runner,
         models={role: getattr(config, f"{role}_model") for role in ROLES},
         bound=bound, worst=worst, answer_attempts=ANSWER_ATTEMPTS, sends_per_answer=RETRIES + 1,
         traces=traces_note, token_count=method, prompt_tokens=tokens, prices=prices,

@@ -49,7 +49,7 @@ def header(page: ReportPage) -> str:
     levels = [(f"{lv.level} level" + (f" in {lv.section_id}" if lv.section_id else ""),
                (f"{lv.stop_reason or 'running'}: {lv.iterations} iterations, {lv.accepted} accepted, "
                 f"{lv.matrices} matrices")) for lv in r.levels]
-    facts = [("skill", page.record.skill_name), ("task", r.task_name), ("status", r.status), *levels,
+    facts = [("skill", page.record.skill_name), *task_facts(page.record), ("status", r.status), *levels,
              ("agent", f"{r.agent} ({r.agent_model})"), *([("replayed traces", r.replay)] if r.replay else []),
              ("judge model", r.judge_model),
              ("editor model", r.editor_model), ("S_fast package", r.input_package_hash),
@@ -58,6 +58,16 @@ def header(page: ReportPage) -> str:
              ("records", str(page.folder))]
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
     return f'<dl class="facts" id="summary">{rows}</dl>'
+
+
+def task_facts(record) -> list[tuple[str, str]]:
+    """The task, or a task set's splits (SPEC §11): the held-out tasks are named, never used."""
+    entries = record.task_entries
+    if record.tasks is None:
+        return [("task", record.task_name)]
+    names = lambda split: ", ".join(e.task for e in entries if e.split == split) or "none"  # noqa: E731
+    return [("training tasks", names("training")), ("held-out tasks", names("held_out") + " (sealed: never seen by "
+                                                                                          "the compile)")]
 
 
 # -- heatmaps ----------------------------------------------------------------------------
@@ -124,6 +134,8 @@ def _decision_row(view: IterationView) -> str:
     scores = (f"{d.incumbent_score:g} → {d.candidate_score:g}"
               if d.incumbent_score is not None and d.candidate_score is not None else "–")
     delta = f"{d.delta:+.2f}" if d.delta is not None else "–"
+    if d.task_deltas:  # a task set: the mean, then every task's own (SPEC §11)
+        delta += " (" + ", ".join(f"{task} {value:+g}" for task, value in d.task_deltas.items()) + ")"
     calls = "; ".join(f"{c.candidate_label}{'#' + str(c.sample) if c.sample else ''}: "
                       f"{c.incumbent_score} → {c.candidate_score}" for c in d.call_scores) or "–"
     disagree = "–" if d.order_disagreement is None else ("yes" if d.order_disagreement else "no")
