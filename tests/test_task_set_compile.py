@@ -183,3 +183,14 @@ def test_the_report_names_the_splits_and_every_task_s_delta(tmp_path, scripted_l
     assert "+1.00 (status-update +3, release-notes -1)" in page and "task_regressed:release-notes" in page
     report = json.loads(ctx.cdir.report_path.read_text())
     assert report["decisions"][0]["task_deltas"] == {"status-update": 3.0, "release-notes": -1.0}
+
+
+def test_status_names_the_splits_and_every_task_s_delta(tmp_path, scripted_llm):
+    from deep_pipeline.engine.status import compile_status, format_status
+
+    ctx = compiled(tmp_path, scripted_llm, TaskWorld({"status-update": (2, 5), "release-notes": (4, 3)}))
+    status = compile_status(ctx)
+    assert (status.training_tasks, status.held_out_tasks) == (["status-update", "release-notes"], ["retro"])
+    text = format_status(status)
+    assert "on training tasks status-update, release-notes; held out retro)" in text
+    assert "per task: status-update +3, release-notes -1" in text

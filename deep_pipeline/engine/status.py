@@ -31,12 +31,15 @@ class DecisionRow(BaseModel):
     incumbent_score: float | None = None
     candidate_score: float | None = None
     delta: float | None = None
+    task_deltas: dict[str, float] | None = None  # a task set's (SPEC §11)
 
 
 class CompileStatus(BaseModel):
     compile_key: str
     task_name: str
     skill_name: str
+    training_tasks: list[str] = Field(default_factory=list)  # a task set's (SPEC §11); [task_name] for one task
+    held_out_tasks: list[str] = Field(default_factory=list)
     state: str  # "finalized", "failed", "waiting_retry", "running" or "budget_exhausted"
     next_step: str | None = None  # what the policy asks for next, while not finalized
     failure: StepFailure | None = None  # the last step run's failure, while no step has ended since
@@ -54,6 +57,7 @@ def compile_status(ctx: CompileHandle) -> CompileStatus:
         DecisionRow(
             number=n, iteration=iteration_label(d.level, d.index), coordinate=str(d.coordinate), accepted=d.accepted,
             reason=d.reason, incumbent_score=d.incumbent_score, candidate_score=d.candidate_score, delta=d.delta,
+            task_deltas=d.task_deltas,
         )
         for n, d in enumerate(state.decisions, start=1)
     ]
@@ -69,6 +73,8 @@ def compile_status(ctx: CompileHandle) -> CompileStatus:
     failure = None if finalized else last_failure(cdir)
     return CompileStatus(
         compile_key=cdir.key, task_name=ctx.record.task_name, skill_name=ctx.record.skill_name,
+        training_tasks=[e.task for e in ctx.record.task_entries if e.split == "training"],
+        held_out_tasks=[e.task for e in ctx.record.task_entries if e.split == "held_out"],
         state=compile_state(finalized, failure, state.budget_exhausted), failure=failure,
         next_step=None if finalized else action_label(action),
         levels=state.level_summaries(), decisions=rows, usage=cdir.usage(), records=records,
@@ -93,7 +99,9 @@ def failure_line(failure: StepFailure) -> str:
 
 def format_status(status: CompileStatus) -> str:
     """The detailed, human form of one compile's status."""
-    lines = [f"{status.compile_key}  ({status.skill_name} on task {status.task_name})",
+    on = (f"task {status.task_name}" if len(status.training_tasks) <= 1 and not status.held_out_tasks else
+          f"training tasks {', '.join(status.training_tasks)}; held out {', '.join(status.held_out_tasks) or 'none'}")
+    lines = [f"{status.compile_key}  ({status.skill_name} on {on})",
              f"state: {status.state}" + (f"; next step: {status.next_step}" if status.next_step else "")]
     if status.failure and status.failure.waiting:
         lines.append(status.failure.waiting)
@@ -112,6 +120,8 @@ def format_status(status: CompileStatus) -> str:
                       if row.incumbent_score is not None and row.candidate_score is not None else "-")
             outcome = "accepted" if row.accepted else "rejected"
             lines.append(f"{row.number:>3}  {row.iteration:<14} {row.coordinate:<32} {outcome:<8} {scores:<11} {row.reason}")
+            if row.task_deltas:
+                lines.append(f"{'':>5}per task: " + ", ".join(f"{t} {v:+g}" for t, v in row.task_deltas.items()))
     usage = status.usage
     cost = cost_text(usage.cost_usd)
     lines += ["", f"model calls: {usage.calls}, {usage.prompt_tokens + usage.completion_tokens} tokens, {cost}"]
