@@ -48,10 +48,28 @@ def test_batch_job_runs_from_the_definitions(tmp_path, monkeypatch, dagster_stor
     assert len(instance.get_dynamic_partitions("compiles")) == 1
 
 
+def test_a_batch_entry_may_name_a_task_set(tmp_path, dagster_storage):
+    import json
+
+    skill, bundle = make_inputs(tmp_path)
+    data = json.loads(bundle.read_text())
+    (tmp_path / "other.json").write_text(json.dumps({**data, "task_name": "release-notes", "prompt": "Write the notes.",
+                                                     "traces": [{**t, "prompt": "Write the notes."} for t in data["traces"]]}))
+    (tmp_path / "set.yaml").write_text(yaml.safe_dump([{"bundle": "bundle.json", "split": "train"},
+                                                       {"bundle": "other.json", "split": "holdout"}]))
+    path = manifest(tmp_path, [{"skill": str(skill.relative_to(tmp_path)), "tasks": "set.yaml",
+                                "overrides": {"runner": "replay"}}])
+    [(key, new)] = register_batch(dagster_storage.instance(), tmp_path / "store", path)
+    record = json.loads((tmp_path / "store" / key / "compile.json").read_text())
+    assert new and [(t["task"], t["split"]) for t in record["tasks"]] == [("status-update", "training"),
+                                                                           ("release-notes", "held_out")]
+
+
 @pytest.mark.parametrize(
     "content, needle",
     [
-        ("entries: [{skill: a}]", "entries.0.bundle"),
+        ("entries: [{skill: a}]", "entries.0: .*bundle .*tasks"),
+        ("entries: [{skill: a, bundle: b, tasks: c}]", "entries.0: .*one of the two"),
         ("entries: [{skill: a, bundle: b, extra: 1}]", "extra"),
         ("- just a list", "expected a mapping"),
     ],

@@ -70,8 +70,15 @@ def register_batch(instance: dg.DagsterInstance, root: Path, manifest_path: Path
     base = Path(manifest_path).resolve().parent
     started = []
     for i, entry in enumerate(manifest.entries):
-        record, new = register_with_overrides(instance, root, base / entry.skill, base / entry.bundle, entry.overrides,
-                               origin=f"{manifest_path}: entries[{i}].overrides", transport=transport)
+        task_set = None
+        if entry.tasks is not None:  # a task set (SPEC §11), checked as `compile --tasks` checks it
+            from deep_pipeline.inputs.tasks import load_task_set, task_inputs
+
+            task_set = load_task_set(task_inputs(None, None, base / entry.tasks))
+        record, new = register_with_overrides(instance, root, base / entry.skill,
+                                              base / entry.bundle if entry.bundle is not None else None,
+                                              entry.overrides, origin=f"{manifest_path}: entries[{i}].overrides",
+                                              transport=transport, task_set=task_set)
         started.append((record.key, new))
     return started
 
