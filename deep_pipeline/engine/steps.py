@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from deep_pipeline.core.actions import Action, StepKind, step_of
 from deep_pipeline.core.keys import iteration_label
 from deep_pipeline.llm.accounting import cost_text, usage_of_calls
-from deep_pipeline.engine.context import CompileHandle
+from deep_pipeline.engine.context import CompileHandle, Outlook
 from deep_pipeline.engine.io_steps import INPUT_BATCH, finalize_step, input_step
 from deep_pipeline.engine.iteration_steps import Iteration, run_iteration
 from deep_pipeline.engine.matrix_steps import run_matrix
@@ -39,9 +39,10 @@ class Step:
         return f"{self.kind}:{self.partition_key}"
 
 
-def next_step(ctx: CompileHandle) -> Step | None:
-    """The step the policy asks for now; None once the compile is finalized."""
-    outlook = ctx.look()
+def next_step(ctx: CompileHandle, outlook: Outlook | None = None) -> Step | None:
+    """The step the policy asks for now (from `outlook` when the caller has just derived it);
+    None once the compile is finalized."""
+    outlook = outlook or ctx.look()
     named = step_of(ctx.cdir.key, outlook.action)
     if named is None:
         return None

@@ -43,8 +43,9 @@ def asset_step(context: dg.AssetExecutionContext, ctx: CompileHandle, first: boo
             raise
         if ends_step(context):  # under the lock: read as this step left the records
             clear_failure(ctx.cdir)
-            log_timeline(context, ctx)
-            submit_next_step(context, ctx)  # a loop sensor's run: the next step starts as this run ends
+            outlook = ctx.look()  # derived once, after the step: the timeline and the next step read it
+            log_timeline(context, ctx, outlook)
+            submit_next_step(context, ctx, outlook)  # a loop sensor's run: the next step starts as this run ends
 
 
 def _step_failed(context: dg.AssetExecutionContext, ctx: CompileHandle, exc: Exception) -> None:

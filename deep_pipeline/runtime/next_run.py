@@ -53,7 +53,7 @@ import dagster as dg
 
 from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET
 from deep_pipeline.defs.retries import plan_step, step_key_tags
-from deep_pipeline.engine.context import CompileHandle
+from deep_pipeline.engine.context import CompileHandle, Outlook
 from deep_pipeline.engine.steps import Step, next_step
 from deep_pipeline.errors import one_line
 from deep_pipeline.runtime.driver_lock import driven_elsewhere
@@ -76,7 +76,7 @@ def loop_request_tags(compile_key: str, step: Step) -> dict[str, str]:
     return {**run_tags(compile_key), **step_key_tags(step), NO_RETRY_TAG: "0"}
 
 
-def submit_next_step(context: dg.AssetExecutionContext, ctx: CompileHandle) -> str | None:
+def submit_next_step(context: dg.AssetExecutionContext, ctx: CompileHandle, outlook: Outlook | None = None) -> str | None:
     """Queue the compile's next step after this step of a loop sensor run; its run id, or None.
 
     Never fails the step that called it: an error is logged and the sensor's next tick asks.
@@ -87,7 +87,7 @@ def submit_next_step(context: dg.AssetExecutionContext, ctx: CompileHandle) -> s
     try:
         if not _queued_one_per_compile(context.instance) or driven_elsewhere(ctx):
             return None
-        step = next_step(ctx)
+        step = next_step(ctx, outlook)
         if step is None:
             return None  # finalized
         config = ctx.config

@@ -16,7 +16,7 @@ import dagster as dg
 
 from deep_pipeline.core.actions import Done, action_label
 from deep_pipeline.defs.pages import asset_url, run_url, table_text
-from deep_pipeline.engine.context import CompileHandle
+from deep_pipeline.engine.context import CompileHandle, Outlook
 from deep_pipeline.engine.failures import last_failure
 from deep_pipeline.engine.status import TimelineRow, compile_state, failure_line, timeline_rows
 from deep_pipeline.llm.accounting import cost_text
@@ -58,9 +58,9 @@ def timeline_table(rows: list[TimelineRow]) -> str:
     return "\n".join(lines)
 
 
-def timeline_event(ctx: CompileHandle) -> dg.AssetMaterialization:
-    """The compile's timeline as it stands now, with where it goes next."""
-    outlook = ctx.look()
+def timeline_event(ctx: CompileHandle, outlook: Outlook | None = None) -> dg.AssetMaterialization:
+    """The compile's timeline as it stands now (`outlook`: derived by the caller just now), with where it goes next."""
+    outlook = outlook or ctx.look()
     rows = timeline_rows(ctx, outlook.history)
     finalized = isinstance(outlook.action, Done)
     failure = None if finalized else last_failure(ctx.cdir)
@@ -97,5 +97,5 @@ def ends_step(context: dg.AssetExecutionContext) -> bool:
     return bool(names & set(STEP_ENDS.values()))
 
 
-def log_timeline(context: dg.AssetExecutionContext, ctx: CompileHandle) -> None:
-    context.log_event(timeline_event(ctx))
+def log_timeline(context: dg.AssetExecutionContext, ctx: CompileHandle, outlook: Outlook | None = None) -> None:
+    context.log_event(timeline_event(ctx, outlook))
