@@ -19,7 +19,7 @@ from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.engine.steps import run_step, run_steps
 from deep_pipeline.inputs.tasks import load_task_set, task_inputs
 from deep_pipeline.store import read_model
-from tests.compile_world import CONFIG, MARK, World, install_world, make_inputs
+from tests.compile_world import CONFIG, DIM_RE as DIM, MARK, World, install_world, make_inputs
 
 PROMPTS = {"status-update": "Write this week's status update.", "release-notes": "Write the release notes.",
            "retro": "Write the retro."}
@@ -194,3 +194,48 @@ def test_status_names_the_splits_and_every_task_s_delta(tmp_path, scripted_llm):
     text = format_status(status)
     assert "on training tasks status-update, release-notes; held out retro)" in text
     assert "per task: status-update +3, release-notes -1" in text
+
+
+def test_a_matrix_step_that_failed_on_one_task_s_call_resumes_without_repeating_a_call(tmp_path, scripted_llm):
+    from deep_pipeline.engine.steps import next_step
+    from deep_pipeline.errors import StepError
+    from tests.scripted_llm import auth_error
+
+    world = TaskWorld({"status-update": (2, 4), "release-notes": (2, 4)})
+    failed = []
+
+    def judge(request):  # release-notes' clarity column is refused once: the step fails there
+        if ("# Dimension to score: clarity" in request.text and PROMPTS["release-notes"] in request.text
+                and not failed):
+            failed.append(request)
+            raise auth_error()
+        return world.judge(request)
+
+    install_world(scripted_llm, world)
+    scripted_llm.always("judge", judge)
+    skill, bundle, release, retro = task_files(tmp_path)
+    loaded = load_task_set(task_inputs([bundle, release], [retro], None))
+    record = register_compile(tmp_path / "store", skill, None, effective_config(load_deployment(), CONFIG),
+                              task_set=loaded)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
+    run_step(ctx, next_step(ctx))  # the input traces
+    matrix = next_step(ctx)
+    try:
+        run_step(ctx, matrix)
+    except StepError:
+        pass
+    else:
+        raise AssertionError("the refused column should fail the matrix step")
+    assert failed and not (ctx.cdir.matrix_dir("section", 0) / "column-clarity.json").exists()
+    folder = ctx.cdir.matrix_dir("section", 0)
+    labels = {"status-update": "t0", "release-notes": "t1"}
+    stored = {p.name for p in folder.glob("column-*.t?.json")}
+    assert stored  # parts answered before the refusal are kept
+    sent = len(scripted_llm.requests_for("judge"))
+    run_step(CompileHandle.open(tmp_path / "store", record.key), matrix)  # the same step again
+    resent = [f"column-{DIM.search(r.text).group(1)}.{labels[world._task(r.text)]}.json"
+              for r in scripted_llm.requests_for("judge")[sent:]]
+    assert "column-clarity.t1.json" in resent and not set(resent) & stored  # no stored part is asked again
+    assert len(resent) == 10 - len(stored)
+    column = read_model(ctx.cdir.matrix_dir("section", 0) / "column-clarity.json", ColumnRecord)
+    assert set(column.task_cells) == {"status-update", "release-notes"}
