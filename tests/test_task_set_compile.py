@@ -239,3 +239,12 @@ def test_a_matrix_step_that_failed_on_one_task_s_call_resumes_without_repeating_
     assert len(resent) == 10 - len(stored)
     column = read_model(ctx.cdir.matrix_dir("section", 0) / "column-clarity.json", ColumnRecord)
     assert set(column.task_cells) == {"status-update", "release-notes"}
+
+
+def test_a_chat_rollout_s_calls_are_counted_for_its_batch_whatever_task():
+    from deep_pipeline.core.keys import rollout_batch, rollout_call_key
+
+    assert rollout_batch(rollout_call_key("section-i03", 1)) == "section-i03"
+    assert rollout_batch(rollout_call_key("section-i03-t1", 0)) == "section-i03"  # a task set's
+    assert rollout_batch(rollout_call_key("input-t12", 2)) == "input"
+    assert rollout_batch("demo-skill-021c49/section/iteration-03/compare") is None

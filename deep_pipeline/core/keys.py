@@ -100,8 +100,18 @@ def compare_call_key(iteration_key_: str, candidate_label: str | None = None, sa
 
 
 def rollout_call_key(batch: str, index: int) -> str:
-    """One chat rollout's call: the batch and the rollout's place in it."""
+    """One chat rollout's call: the batch and the rollout's place in it. In a task set (SPEC §11)
+    `batch` is the batch with the task's label, `<batch>-t<i>`."""
     return f"rollout/{batch}/r{index}"
+
+
+_TASK_LABEL = re.compile(r"-t\d+$")
+
+
+def rollout_batch(call_key: str) -> str | None:
+    """The batch a rollout's call was made for (without a task set's `-t<i>`), None for another call."""
+    parts = call_key.split("/")
+    return _TASK_LABEL.sub("", parts[1]) if parts[0] == "rollout" and len(parts) >= 2 else None
 
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from deep_pipeline.core.keys import rollout_call_key
+from deep_pipeline.core.keys import rollout_batch
 from deep_pipeline.core.matrix import matrix_markdown
 from deep_pipeline.core.skill_use import not_applicable_reason, share, share_texts
 from deep_pipeline.llm.accounting import Usage, usage_of_calls
@@ -47,11 +47,10 @@ def usage_meta(usage: Usage, models: dict[str, str] | None = None, prefix: str =
 
 def agent_usage_meta(cdir, batch: str, runner: str, agent_model: str) -> dict:
     """The agent's spend on a batch of rollouts. A chat agent's calls are in the calls log under
-    `rollout/<batch>/r<i>` (core.keys.rollout_call_key), so they count in the report's total; a
-    subprocess agent calls its model itself: its traces' own tokens and cost are shown apart
+    `rollout/<batch>/r<i>` (`rollout/<batch>-t<i>/r<n>` per task of a set: core.keys.rollout_batch),
+    so they count in the report's total; a subprocess agent calls its model itself: its traces' own tokens and cost are shown apart
     (`agent_*`), since no calls log, and so no report total, holds them."""
-    prefix = rollout_call_key(batch, 0).rsplit("/", 1)[0] + "/"
-    meta = usage_meta(usage_of_calls([c for c in cdir.calls() if c.step_key.startswith(prefix)]), {"agent": agent_model})
+    meta = usage_meta(usage_of_calls([c for c in cdir.calls() if rollout_batch(c.step_key) == batch]), {"agent": agent_model})
     if runner in ("chat", "replay") or not cdir.has_batch(batch) or cdir.batch(batch).source == "bundle":
         return meta  # nothing spent outside the calls log
     traces = cdir.traces(batch)

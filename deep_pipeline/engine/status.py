@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from deep_pipeline.core.models import Decision, LevelSummary
 from deep_pipeline.core.actions import Done, action_label
-from deep_pipeline.core.keys import batch_name, iteration_key, iteration_label, matrix_key, parse_key
+from deep_pipeline.core.keys import batch_name, iteration_key, iteration_label, matrix_key, parse_key, rollout_batch
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import StepFailure, last_failure
 from deep_pipeline.core.history import History
@@ -161,8 +161,8 @@ def _call_step(step_key: str, compile_key: str, batches: dict[str, str]) -> str 
     parts = step_key.split("/")
     if parts[0] == compile_key and len(parts) >= 3:
         return "/".join(parts[:3])
-    if parts[0] == "rollout" and len(parts) >= 2:
-        return batches.get(parts[1])
+    if (batch := rollout_batch(step_key)) is not None:
+        return batches.get(batch)
     return None
 
 
