@@ -27,12 +27,12 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from deep_pipeline.core.config import DURATION_MAX_S
-from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace
+from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace, omit_when_none
 from deep_pipeline.core.stats import Interval, newcombe_difference, wilson
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import CompileRecord, Report
@@ -47,6 +47,9 @@ from deep_pipeline.rollouts.verifier import (
 from deep_pipeline.store import atomic_write_json, read_model
 from deep_pipeline.llm.accounting import cost_text
 
+if TYPE_CHECKING:
+    from deep_pipeline.engine.evaluation_tasks import TaskSetResult
+
 DEFAULT_ROLLOUTS = 5
 Side = Literal["fast", "final"]
 SIDES: tuple[Side, ...] = ("fast", "final")
@@ -60,6 +63,13 @@ class EvaluationSpec(BaseModel):
 
     verifier: str
     verifier_timeout_s: float = Field(gt=0, le=DURATION_MAX_S)
+    # A task set's (SPEC §11): the task its rollouts are of, so each task has its own `<n>`;
+    # None (and not written) for a compile of one task, whose spec.json is as it always was.
+    task: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _one_task_writes_no_task(self, handler):
+        return omit_when_none(handler(self), self, ("task",))
 
 
 class EvaluatedRollout(BaseModel):
@@ -102,14 +112,29 @@ class EvaluationResult(BaseModel):
     cost_usd: float | None  # None when some rollout's cost is unknown
     verifier_signal_used: Literal[False] = False  # no compile step reads any of this (SPEC §10)
     folder: str
+    task: str | None = None  # a task set's task (SPEC §11); None (not written) for a compile of one task
+
+    @model_serializer(mode="wrap")
+    def _one_task_writes_no_task(self, handler):
+        return omit_when_none(handler(self), self, ("task",))
 
 
 def evaluations_dir(cdir: CompileDir) -> Path:
     return cdir.evaluations_dir
 
 
-def check_request(cdir: CompileDir, verifier: str | None, rollouts: int) -> tuple[CompileRecord, Report, str]:
-    """Everything bad input can be, refused before anything is written: (record, report, verifier)."""
+def task_set_dir(cdir: CompileDir) -> Path:
+    """A task set's pooled figures (SPEC §11); each task's own rollouts are in its `<n>/`."""
+    return evaluations_dir(cdir) / "tasks"
+
+
+def judged_dir(cdir: CompileDir) -> Path:
+    """The held-out judged comparison's records (SPEC §11)."""
+    return evaluations_dir(cdir) / "judged"
+
+
+def check_finished(cdir: CompileDir, rollouts: int) -> tuple[CompileRecord, Report]:
+    """A finalized compile not made with the replay runner, and N >= 1: (record, report)."""
     if rollouts < 1:
         raise InputError(f"--rollouts: {rollouts}; expected at least 1 rollout per side")
     record = cdir.record()
@@ -120,12 +145,18 @@ def check_request(cdir: CompileDir, verifier: str | None, rollouts: int) -> tupl
         from deep_pipeline.rollouts.replay import REFUSES_VERIFY
 
         raise InputError(REFUSES_VERIFY)
+    return record, read_model(cdir.report_path, Report)
+
+
+def check_request(cdir: CompileDir, verifier: str | None, rollouts: int) -> tuple[CompileRecord, Report, str]:
+    """Everything bad input can be, refused before anything is written: (record, report, verifier)."""
+    record, report = check_finished(cdir, rollouts)
     template = verifier if verifier is not None else cdir.bundle().verifier
     if template is None:
         raise InputError(f"{cdir.input_bundle}: verifier: the task bundle has none and none was given; "
                          "expected --verifier CMD (a command with {workdir}, exit 0 = pass)")
     check_verifier(template, "--verifier" if verifier is not None else f"{cdir.input_bundle}: verifier")
-    return record, read_model(cdir.report_path, Report), template
+    return record, report, template
 
 
 def evaluate(
@@ -136,11 +167,17 @@ def evaluate(
     verifier_timeout_s: float = DEFAULT_VERIFIER_TIMEOUT_S,
     api_keys: dict[str, str] | None = None,
     progress: Progress | None = None,
-) -> EvaluationResult:
-    """Roll out S_fast and S_final `rollouts` times each, verify each, store and return the figures."""
+) -> "EvaluationResult | TaskSetResult":
+    """Roll out S_fast and S_final `rollouts` times each, verify each, store and return the figures.
+    A task set's compile: per task and pooled per split (engine/evaluation_tasks.py)."""
     if not 0 < verifier_timeout_s <= DURATION_MAX_S:
         raise InputError(f"--verifier-timeout: {verifier_timeout_s:g}; expected a number of seconds above 0 "
                          f"and at most {DURATION_MAX_S:g} (a week)")
+    if cdir.record().tasks is not None:  # a task set (SPEC §11): every task, training and held-out
+        from deep_pipeline.engine.evaluation_tasks import evaluate_tasks
+
+        return evaluate_tasks(cdir, verifier=verifier, rollouts=rollouts, verifier_timeout_s=verifier_timeout_s,
+                              api_keys=api_keys, progress=progress)
     record, report, template = check_request(cdir, verifier, rollouts)
     spec = EvaluationSpec(verifier=template, verifier_timeout_s=verifier_timeout_s)
     with _evaluation_lock(cdir):
@@ -201,14 +238,31 @@ def evaluation_runner(cdir: CompileDir, record: CompileRecord, folder: Path, api
 
 
 def _side(cdir: CompileDir, runner, folder: Path, number: int, spec: EvaluationSpec, side: Side, package: Path,
-          skill_sha256: str, n: int, progress: Progress | None) -> list[EvaluatedRollout]:
-    """N verified rollouts of one package; the stored ones are reused, the missing ones made."""
-    from deep_pipeline.rollouts.base import RolloutTask, trace_id
+          skill_sha256: str, n: int, progress: Progress | None, task=None) -> list[EvaluatedRollout]:
+    """N verified rollouts of one package; the stored ones are reused, the missing ones made.
+    `task`: the RolloutTask (a task set's task); default the compile's one task."""
+    from deep_pipeline.rollouts.base import RolloutTask
 
-    batch = f"eval{number}-{side}"
-    records = folder / "rollouts" / side
-    done = {index: read_model(path, EvaluatedRollout) for index in range(n)
-            if (path := records / f"{trace_id(batch, index)}.json").is_file()}
+    if task is None:
+        record = cdir.record()
+        task = RolloutTask(prompt=cdir.bundle().prompt, task_dir=record.task_dir, skill_name=record.skill_name)
+    made = roll_out(runner, task, package, skill_sha256, batch=f"eval{number}-{side}", n=n,
+                    records=folder / "rollouts" / side, archive=folder / "raw", spec=spec, side=side, progress=progress)
+    return [EvaluatedRollout(side=side, trace=trace, verdict=verdict) for trace, verdict in made]
+
+
+def roll_out(runner, task, package: Path, skill_sha256: str, *, batch: str, n: int, records: Path, archive: Path,
+             spec: EvaluationSpec | None, side: str, progress: Progress | None) -> list[tuple[Trace, Verdict | None]]:
+    """N rollouts of one package on one task, each stored the moment it is done (with its verdict
+    when `spec` names a verifier, as an EvaluatedRollout; else the bare Trace); stored ones are reused."""
+    from deep_pipeline.rollouts.base import trace_id
+
+    model = EvaluatedRollout if spec is not None else Trace
+    done: dict[int, tuple[Trace, Verdict | None]] = {}
+    for index in range(n):
+        if (path := records / f"{trace_id(batch, index)}.json").is_file():
+            stored = read_model(path, model)
+            done[index] = (stored.trace, stored.verdict) if spec is not None else (stored, None)
     verdicts: dict[int, Verdict] = {}
     lock = threading.Lock()
 
@@ -220,20 +274,20 @@ def _side(cdir: CompileDir, runner, folder: Path, number: int, spec: EvaluationS
     def store(index: int, trace: Trace) -> None:
         with lock:
             verdict = verdicts.get(index)
-        if trace.error_category in MACHINE_FAULT_CATEGORIES or verdict is None:
+        if trace.error_category in MACHINE_FAULT_CATEGORIES or (spec is not None and verdict is None):
             return  # not the skill at work (SPEC §9): made again by the next run
-        done[index] = EvaluatedRollout(side=side, trace=trace, verdict=verdict)
-        atomic_write_json(records / f"{trace.trace_id}.json", done[index])
+        done[index] = (trace, verdict)
+        written = EvaluatedRollout(side=side, trace=trace, verdict=verdict) if spec is not None else trace
+        atomic_write_json(records / f"{trace.trace_id}.json", written)
         if progress:
-            outcome = "pass" if verdict.passed else f"fail ({one_line(verdict.reason, 120)})"
+            outcome = ("done" if verdict is None else "pass" if verdict.passed
+                       else f"fail ({one_line(verdict.reason, 120)})")
             progress(f"{side} {trace.trace_id}: {outcome}")
 
-    bundle_prompt = cdir.bundle().prompt
-    record = cdir.record()
-    task = RolloutTask(prompt=bundle_prompt, task_dir=record.task_dir, skill_name=record.skill_name)
     traces = runner.run_batch(package_dir=package, skill_sha256=skill_sha256, task=task, batch=batch, n=n,
-                              archive_dir=folder / "raw" / batch, progress=store,
-                              done={i: r.trace for i, r in done.items()}, verify=verify)
+                              archive_dir=archive / batch, progress=store,
+                              done={i: trace for i, (trace, _) in done.items()},
+                              verify=verify if spec is not None else None)
     faults = [t for t in traces if t.error_category in MACHINE_FAULT_CATEGORIES]
     if faults:
         first = faults[0]
@@ -254,7 +308,7 @@ def summarize(key: str, number: int, folder: Path, spec: EvaluationSpec, record:
         difference=final.rate - fast.rate, difference_interval=newcombe_difference(final.passed, n, fast.passed, n),
         prompt_tokens=sum(t.prompt_tokens or 0 for t in traces),
         completion_tokens=sum(t.completion_tokens or 0 for t in traces),
-        cost_usd=None if any(c is None for c in costs) else sum(costs), folder=str(folder),
+        cost_usd=None if any(c is None for c in costs) else sum(costs), folder=str(folder), task=spec.task,
     )
 
 
@@ -267,8 +321,10 @@ def _side_result(side: Side, rollouts: list[EvaluatedRollout], n: int) -> SideRe
     )
 
 
-def format_result(result: EvaluationResult) -> str:
-    """The small table `deep-pipeline evaluate` prints."""
+def format_result(result) -> str:
+    """The small table `deep-pipeline evaluate` prints (a task set's and the judged comparison's: theirs)."""
+    if not isinstance(result, EvaluationResult):
+        return result.format()
     def pct(x: float) -> str:
         return f"{100 * x:.0f}%"
 
