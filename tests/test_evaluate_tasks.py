@@ -19,7 +19,8 @@ import pytest
 from deep_pipeline.cli import main
 from deep_pipeline.core.stats import newcombe_difference, wilson
 from deep_pipeline.core.winrate import win_rate
-from deep_pipeline.engine.evaluation import evaluate, format_result
+from deep_pipeline.engine.evaluation import format_result
+from deep_pipeline.engine.evaluation_tasks import evaluate_compile as evaluate
 from deep_pipeline.engine.evaluation_judged import judge_held_out
 from deep_pipeline.errors import InputError
 from tests.compile_world import MARK

@@ -42,13 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "own bundle verifier wins and this is used for the tasks without one). The chat runner "
                    f"has no workdir: its final answer is written to {ANSWER_FILE} in a fresh temporary one")
     p.add_argument("--rollouts", type=int, default=DEFAULT_ROLLOUTS, metavar="N",
-                   help=f"rollouts per side (default {DEFAULT_ROLLOUTS}, at least 1)")
+                   help=f"rollouts per side, and per task of a set (default {DEFAULT_ROLLOUTS}, at least 1)")
     p.add_argument("--verifier-timeout", type=float, default=DEFAULT_VERIFIER_TIMEOUT_S, metavar="SECONDS",
                    help=f"a verifier still running then is killed with its process group and counts as a fail "
                    f"(default {DEFAULT_VERIFIER_TIMEOUT_S:g}, at most 604800: a week)")
     p.add_argument("--judge", action="store_true",
                    help="the held-out judged comparison instead: S_final's win rate against S_fast by the compile's "
-                   "judge on each held-out task, both orders (needs a compile with --holdout; no verifier)")
+                   "judge on each held-out task, both orders (needs a compile with --holdout; no verifier: --verifier and "
+                   "--verifier-timeout are not used)")
     p.add_argument("--json", action="store_true", help="print the result record as JSON")
     p.add_argument("--quiet", action="store_true", help="no line per rollout")
     p.set_defaults(handler=_evaluate)
@@ -56,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from deep_pipeline.engine.compiles import find_compile
-    from deep_pipeline.engine.evaluation import evaluate, format_result
+    from deep_pipeline.engine.evaluation import format_result
+    from deep_pipeline.engine.evaluation_tasks import evaluate_compile
 
     _home(create=False)  # no Dagster instance: the evaluation's records live in the compile's folder
     cdir = find_compile(homes.store_root(), args.compile_key)
@@ -66,7 +68,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
         result = judge_held_out(cdir, rollouts=args.rollouts, progress=progress)
     else:
-        result = evaluate(cdir, verifier=args.verifier, rollouts=args.rollouts,
-                          verifier_timeout_s=args.verifier_timeout, progress=progress)
+        result = evaluate_compile(cdir, verifier=args.verifier, rollouts=args.rollouts,
+                                  verifier_timeout_s=args.verifier_timeout, progress=progress)
     print(json.dumps(result.model_dump(mode="json"), indent=2) if args.json else format_result(result))
     return 0

@@ -27,7 +27,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
@@ -46,9 +46,6 @@ from deep_pipeline.rollouts.verifier import (
 )
 from deep_pipeline.store import atomic_write_json, read_model
 from deep_pipeline.llm.accounting import cost_text
-
-if TYPE_CHECKING:
-    from deep_pipeline.engine.evaluation_tasks import TaskSetResult
 
 DEFAULT_ROLLOUTS = 5
 Side = Literal["fast", "final"]
@@ -167,17 +164,15 @@ def evaluate(
     verifier_timeout_s: float = DEFAULT_VERIFIER_TIMEOUT_S,
     api_keys: dict[str, str] | None = None,
     progress: Progress | None = None,
-) -> "EvaluationResult | TaskSetResult":
+) -> EvaluationResult:
     """Roll out S_fast and S_final `rollouts` times each, verify each, store and return the figures.
-    A task set's compile: per task and pooled per split (engine/evaluation_tasks.py)."""
+    A compile of one task; a task set's: engine/evaluation_tasks.evaluate_compile."""
     if not 0 < verifier_timeout_s <= DURATION_MAX_S:
         raise InputError(f"--verifier-timeout: {verifier_timeout_s:g}; expected a number of seconds above 0 "
                          f"and at most {DURATION_MAX_S:g} (a week)")
-    if cdir.record().tasks is not None:  # a task set (SPEC §11): every task, training and held-out
-        from deep_pipeline.engine.evaluation_tasks import evaluate_tasks
-
-        return evaluate_tasks(cdir, verifier=verifier, rollouts=rollouts, verifier_timeout_s=verifier_timeout_s,
-                              api_keys=api_keys, progress=progress)
+    if cdir.record().tasks is not None:
+        raise InputError(f"{cdir.key}: a task set's compile is evaluated on every task: "
+                         "engine/evaluation_tasks.evaluate_compile")
     record, report, template = check_request(cdir, verifier, rollouts)
     spec = EvaluationSpec(verifier=template, verifier_timeout_s=verifier_timeout_s)
     with _evaluation_lock(cdir):

@@ -20,13 +20,14 @@ from pydantic import BaseModel, ConfigDict
 
 from deep_pipeline.core.stats import Interval, newcombe_difference, wilson
 from deep_pipeline.engine.compile_dir import CompileDir
-from deep_pipeline.engine.evaluation import (SIDES, EvaluationResult, EvaluationSpec, Progress, _evaluation_lock,
-                                             _side, check_finished, evaluation_folder, evaluation_runner, summarize,
-                                             task_set_dir)
+from deep_pipeline.core.config import DURATION_MAX_S
+from deep_pipeline.engine.evaluation import (DEFAULT_ROLLOUTS, SIDES, EvaluationResult, EvaluationSpec, Progress,
+                                             _evaluation_lock, _side, check_finished, evaluate, evaluation_folder,
+                                             evaluation_runner, summarize, task_set_dir)
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.errors import InputError
 from deep_pipeline.llm.accounting import cost_text
-from deep_pipeline.rollouts.verifier import check_verifier
+from deep_pipeline.rollouts.verifier import DEFAULT_VERIFIER_TIMEOUT_S, check_verifier
 from deep_pipeline.store import atomic_write_json
 
 Split = Literal["training", "held_out"]
@@ -113,6 +114,21 @@ def pool(split: Split, results: list[EvaluationResult]) -> PooledResult:
                         final_passed=final, fast_rate=fast / n, final_rate=final / n, fast_interval=wilson(fast, n),
                         final_interval=wilson(final, n), difference=(final - fast) / n,
                         difference_interval=newcombe_difference(final, n, fast, n))
+
+
+def evaluate_compile(cdir: CompileDir, *, verifier: str | None = None, rollouts: int = DEFAULT_ROLLOUTS,
+                     verifier_timeout_s: float = DEFAULT_VERIFIER_TIMEOUT_S, api_keys: dict[str, str] | None = None,
+                     progress: Progress | None = None) -> EvaluationResult | TaskSetResult:
+    """`deep-pipeline evaluate`: a compile of one task as engine/evaluation.evaluate does it (its
+    records and figures unchanged); a task set's on every task, training and held-out."""
+    if cdir.record().tasks is None:
+        return evaluate(cdir, verifier=verifier, rollouts=rollouts, verifier_timeout_s=verifier_timeout_s,
+                        api_keys=api_keys, progress=progress)
+    if not 0 < verifier_timeout_s <= DURATION_MAX_S:
+        raise InputError(f"--verifier-timeout: {verifier_timeout_s:g}; expected a number of seconds above 0 "
+                         f"and at most {DURATION_MAX_S:g} (a week)")
+    return evaluate_tasks(cdir, verifier=verifier, rollouts=rollouts, verifier_timeout_s=verifier_timeout_s,
+                          api_keys=api_keys, progress=progress)
 
 
 def evaluate_tasks(cdir: CompileDir, *, verifier: str | None, rollouts: int, verifier_timeout_s: float,

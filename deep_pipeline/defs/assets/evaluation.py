@@ -16,7 +16,8 @@ from deep_pipeline.defs.assets.output import final_skill
 from deep_pipeline.defs.metadata import file_ref
 from deep_pipeline.defs.partitions import compiles_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
-from deep_pipeline.engine.evaluation import DEFAULT_ROLLOUTS, EvaluationResult, evaluate, format_result
+from deep_pipeline.engine.evaluation import DEFAULT_ROLLOUTS, EvaluationResult, format_result
+from deep_pipeline.engine.evaluation_tasks import evaluate_compile
 from deep_pipeline.rollouts.verifier import DEFAULT_VERIFIER_TIMEOUT_S
 
 
@@ -39,7 +40,7 @@ class EvaluationConfig(dg.Config):
 )
 def evaluation(context: dg.AssetExecutionContext, config: EvaluationConfig, store: CompileStoreResource) -> dg.MaterializeResult:
     ctx = store.context(context.partition_key)
-    result = evaluate(ctx.cdir, verifier=config.verifier, rollouts=config.rollouts,
+    result = evaluate_compile(ctx.cdir, verifier=config.verifier, rollouts=config.rollouts,
                       verifier_timeout_s=config.verifier_timeout_s, api_keys=ctx.api_keys, progress=context.log.info)
     context.log.info(format_result(result))
     if not isinstance(result, EvaluationResult):  # a task set's (SPEC §11): per task and pooled per split
