@@ -188,3 +188,30 @@ def test_the_evaluation_asset_shows_a_task_set_s_figures_per_task_and_split(tmp_
     meta = instance.get_latest_materialization_event(dg.AssetKey("evaluation")).asset_materialization.metadata
     assert meta["tasks"].value["retro"]["difference"] == -1.0
     assert meta["pooled"].value["training"]["final"] == 1.0 and meta["no_verifier"].value == []
+
+
+@pytest.mark.parametrize("outcomes, score, rate", [
+    (["win", "win"], 2.0, 1.0), (["loss", "loss"], 0.0, 0.0), (["tie", "tie"], 1.0, 0.5), (["win", "loss", "tie"], 1.5, 0.5)])
+def test_the_win_rate_counts_a_tie_as_half_a_win_with_wilson_s_interval(outcomes, score, rate):
+    result = win_rate(outcomes)
+    assert (result.score, result.rate, result.calls) == (score, rate, len(outcomes))
+    assert result.interval == wilson(score, len(outcomes))  # type: ignore[arg-type]
+    assert result.interval.low <= rate <= result.interval.high
+    if rate == 0.5:  # ties alone: an interval centred on a half
+        assert abs(result.interval.low + result.interval.high - 1.0) < 1e-12
+
+
+def test_the_win_rate_refuses_no_call_and_an_unknown_outcome():
+    with pytest.raises(ValueError, match="no judge call"):
+        win_rate([])
+    with pytest.raises(ValueError, match="unknown outcomes"):
+        win_rate(["win", "draw"])  # type: ignore[list-item]
+
+
+def test_judge_on_a_replay_compile_is_refused_before_anything_is_written(tmp_path, scripted_llm):
+    from tests.test_task_set_compile import compiled as replay_compiled
+
+    ctx = replay_compiled(tmp_path, scripted_llm, TaskWorld({"status-update": (2, 4), "release-notes": (2, 4)}))
+    with pytest.raises(InputError, match="--judge: runner 'replay' cannot roll out a held-out task"):
+        judge_held_out(ctx.cdir, rollouts=1)
+    assert not (ctx.cdir.path / "evaluations").exists()

@@ -95,6 +95,9 @@ def judge_held_out(cdir: CompileDir, *, rollouts: int, api_keys: dict[str, str] 
     held_out = [task for task in set_tasks(cdir, record) if task.split == "held_out"]
     if not held_out:
         raise InputError(no_holdout_line(cdir.key))
+    if record.config.runner == "replay":
+        raise InputError(f"{cdir.key}: --judge: runner 'replay' cannot roll out a held-out task (it serves recorded "
+                         "traces); compare a compile made with the chat, command or mini-swe-agent runner")
     record, report = check_finished(cdir, rollouts)
     folder = judged_dir(cdir)
     packages = {"fast": (cdir.input_skill, record.skill_sha256), "final": (cdir.final_skill, report.final_skill_sha256)}
