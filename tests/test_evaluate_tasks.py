@@ -160,6 +160,9 @@ def test_the_cli_prints_per_task_rows_and_the_judged_comparison(tmp_path, script
     assert main(["evaluate", cdir.key, "--verifier", VERIFIER, "--rollouts", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [p["split"] for p in data["pooled"]] == ["training", "held_out"]
+    from deep_pipeline.report.gather import latest_evaluation
+
+    assert latest_evaluation(cdir) is None  # a task's own result is not shown as the compile's evaluation
     assert main(["evaluate", cdir.key, "--judge", "--rollouts", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pooled"]["rate"] == 0.75
 

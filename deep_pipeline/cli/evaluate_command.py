@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    f"(default {DEFAULT_VERIFIER_TIMEOUT_S:g}, at most 604800: a week)")
     p.add_argument("--judge", action="store_true",
                    help="the held-out judged comparison instead: S_final's win rate against S_fast by the compile's "
-                   "judge on each held-out task, both orders (needs a compile with --holdout; no verifier: --verifier and "
-                   "--verifier-timeout are not used)")
+                   "judge on each held-out task, both orders (needs a compile with --holdout; no verifier: "
+                   "--verifier and --verifier-timeout are not used)")
     p.add_argument("--json", action="store_true", help="print the result record as JSON")
     p.add_argument("--quiet", action="store_true", help="no line per rollout")
     p.set_defaults(handler=_evaluate)

@@ -77,7 +77,8 @@ def _task_set_metadata(result) -> dict:
         "split": t.split, "fast": t.result.fast.rate, "final": t.result.final.rate, "difference": t.result.difference,
         "difference_interval_95": t.result.difference_interval.model_dump()} for t in result.tasks}
     pooled = {p.split: {"fast": p.fast_rate, "final": p.final_rate, "difference": p.difference,
-                        "fast_interval_95": p.fast_interval.model_dump(), "final_interval_95": p.final_interval.model_dump(),
+                        "fast_interval_95": p.fast_interval.model_dump(),
+                        "final_interval_95": p.final_interval.model_dump(),
                         "difference_interval_95": p.difference_interval.model_dump()} for p in result.pooled}
     return {
         "rollouts_per_side_and_task": dg.MetadataValue.int(result.rollouts),
