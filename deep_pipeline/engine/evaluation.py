@@ -16,6 +16,12 @@ Records, all under `<compile>/evaluations/<n>/` and written atomically:
   call log; `agents/` running agents (as a compile's).
 - `results/n<N>.json`: the figures for N rollouts a side.
 
+A task set's compile (SPEC §11) is evaluated per task by engine/evaluation_tasks.py: each
+task's spec names it (so each task has its own `<n>`, laid out as above), and the set's
+pooled figures go to `<compile>/evaluations/tasks/`; the held-out judged comparison
+(engine/evaluation_judged.py) writes `<compile>/evaluations/judged/`. Both roll out with
+`roll_out` below.
+
 Nothing here is read by a compile step: the compile's history reads matrices/,
 iterations/, traces/ and its own llm/ only, so `verifier_signal_used` stays false.
 The evaluation's model calls go to its own log, never to the compile's budget.
