@@ -16,6 +16,12 @@ Records, all under `<compile>/evaluations/<n>/` and written atomically:
   call log; `agents/` running agents (as a compile's).
 - `results/n<N>.json`: the figures for N rollouts a side.
 
+A task set's compile (SPEC §11) is evaluated per task by engine/evaluation_tasks.py: each
+task's spec names it (so each task has its own `<n>`, laid out as above), and the set's
+pooled figures go to `<compile>/evaluations/tasks/`; the held-out judged comparison
+(engine/evaluation_judged.py) writes `<compile>/evaluations/judged/`. Both roll out with
+`roll_out` below.
+
 Nothing here is read by a compile step: the compile's history reads matrices/,
 iterations/, traces/ and its own llm/ only, so `verifier_signal_used` stays false.
 The evaluation's model calls go to its own log, never to the compile's budget.
@@ -29,10 +35,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from deep_pipeline.core.config import DURATION_MAX_S
-from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace
+from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace, omit_when_none
 from deep_pipeline.core.stats import Interval, newcombe_difference, wilson
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import CompileRecord, Report
@@ -60,6 +66,13 @@ class EvaluationSpec(BaseModel):
 
     verifier: str
     verifier_timeout_s: float = Field(gt=0, le=DURATION_MAX_S)
+    # A task set's (SPEC §11): the task its rollouts are of, so each task has its own `<n>`;
+    # None (and not written) for a compile of one task, whose spec.json is as it always was.
+    task: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _one_task_writes_no_task(self, handler):
+        return omit_when_none(handler(self), self, ("task",))
 
 
 class EvaluatedRollout(BaseModel):
@@ -102,14 +115,29 @@ class EvaluationResult(BaseModel):
     cost_usd: float | None  # None when some rollout's cost is unknown
     verifier_signal_used: Literal[False] = False  # no compile step reads any of this (SPEC §10)
     folder: str
+    task: str | None = None  # a task set's task (SPEC §11); None (not written) for a compile of one task
+
+    @model_serializer(mode="wrap")
+    def _one_task_writes_no_task(self, handler):
+        return omit_when_none(handler(self), self, ("task",))
 
 
 def evaluations_dir(cdir: CompileDir) -> Path:
     return cdir.evaluations_dir
 
 
-def check_request(cdir: CompileDir, verifier: str | None, rollouts: int) -> tuple[CompileRecord, Report, str]:
-    """Everything bad input can be, refused before anything is written: (record, report, verifier)."""
+def task_set_dir(cdir: CompileDir) -> Path:
+    """A task set's pooled figures (SPEC §11); each task's own rollouts are in its `<n>/`."""
+    return evaluations_dir(cdir) / "tasks"
+
+
+def judged_dir(cdir: CompileDir) -> Path:
+    """The held-out judged comparison's records (SPEC §11)."""
+    return evaluations_dir(cdir) / "judged"
+
+
+def check_finished(cdir: CompileDir, rollouts: int) -> tuple[CompileRecord, Report]:
+    """A finalized compile not made with the replay runner, and N >= 1: (record, report)."""
     if rollouts < 1:
         raise InputError(f"--rollouts: {rollouts}; expected at least 1 rollout per side")
     record = cdir.record()
@@ -120,12 +148,18 @@ def check_request(cdir: CompileDir, verifier: str | None, rollouts: int) -> tupl
         from deep_pipeline.rollouts.replay import REFUSES_VERIFY
 
         raise InputError(REFUSES_VERIFY)
+    return record, read_model(cdir.report_path, Report)
+
+
+def check_request(cdir: CompileDir, verifier: str | None, rollouts: int) -> tuple[CompileRecord, Report, str]:
+    """Everything bad input can be, refused before anything is written: (record, report, verifier)."""
+    record, report = check_finished(cdir, rollouts)
     template = verifier if verifier is not None else cdir.bundle().verifier
     if template is None:
         raise InputError(f"{cdir.input_bundle}: verifier: the task bundle has none and none was given; "
                          "expected --verifier CMD (a command with {workdir}, exit 0 = pass)")
     check_verifier(template, "--verifier" if verifier is not None else f"{cdir.input_bundle}: verifier")
-    return record, read_model(cdir.report_path, Report), template
+    return record, report, template
 
 
 def evaluate(
@@ -137,10 +171,14 @@ def evaluate(
     api_keys: dict[str, str] | None = None,
     progress: Progress | None = None,
 ) -> EvaluationResult:
-    """Roll out S_fast and S_final `rollouts` times each, verify each, store and return the figures."""
+    """Roll out S_fast and S_final `rollouts` times each, verify each, store and return the figures.
+    A compile of one task; a task set's: engine/evaluation_tasks.evaluate_compile."""
     if not 0 < verifier_timeout_s <= DURATION_MAX_S:
         raise InputError(f"--verifier-timeout: {verifier_timeout_s:g}; expected a number of seconds above 0 "
                          f"and at most {DURATION_MAX_S:g} (a week)")
+    if cdir.record().tasks is not None:
+        raise InputError(f"{cdir.key}: a task set's compile is evaluated on every task: "
+                         "engine/evaluation_tasks.evaluate_compile")
     record, report, template = check_request(cdir, verifier, rollouts)
     spec = EvaluationSpec(verifier=template, verifier_timeout_s=verifier_timeout_s)
     with _evaluation_lock(cdir):
@@ -201,14 +239,31 @@ def evaluation_runner(cdir: CompileDir, record: CompileRecord, folder: Path, api
 
 
 def _side(cdir: CompileDir, runner, folder: Path, number: int, spec: EvaluationSpec, side: Side, package: Path,
-          skill_sha256: str, n: int, progress: Progress | None) -> list[EvaluatedRollout]:
-    """N verified rollouts of one package; the stored ones are reused, the missing ones made."""
-    from deep_pipeline.rollouts.base import RolloutTask, trace_id
+          skill_sha256: str, n: int, progress: Progress | None, task=None) -> list[EvaluatedRollout]:
+    """N verified rollouts of one package; the stored ones are reused, the missing ones made.
+    `task`: the RolloutTask (a task set's task); default the compile's one task."""
+    from deep_pipeline.rollouts.base import RolloutTask
 
-    batch = f"eval{number}-{side}"
-    records = folder / "rollouts" / side
-    done = {index: read_model(path, EvaluatedRollout) for index in range(n)
-            if (path := records / f"{trace_id(batch, index)}.json").is_file()}
+    if task is None:
+        record = cdir.record()
+        task = RolloutTask(prompt=cdir.bundle().prompt, task_dir=record.task_dir, skill_name=record.skill_name)
+    made = roll_out(runner, task, package, skill_sha256, batch=f"eval{number}-{side}", n=n,
+                    records=folder / "rollouts" / side, archive=folder / "raw", spec=spec, side=side, progress=progress)
+    return [EvaluatedRollout(side=side, trace=trace, verdict=verdict) for trace, verdict in made]
+
+
+def roll_out(runner, task, package: Path, skill_sha256: str, *, batch: str, n: int, records: Path, archive: Path,
+             spec: EvaluationSpec | None, side: str, progress: Progress | None) -> list[tuple[Trace, Verdict | None]]:
+    """N rollouts of one package on one task, each stored the moment it is done (with its verdict
+    when `spec` names a verifier, as an EvaluatedRollout; else the bare Trace); stored ones are reused."""
+    from deep_pipeline.rollouts.base import trace_id
+
+    model = EvaluatedRollout if spec is not None else Trace
+    done: dict[int, tuple[Trace, Verdict | None]] = {}
+    for index in range(n):
+        if (path := records / f"{trace_id(batch, index)}.json").is_file():
+            stored = read_model(path, model)
+            done[index] = (stored.trace, stored.verdict) if spec is not None else (stored, None)
     verdicts: dict[int, Verdict] = {}
     lock = threading.Lock()
 
@@ -220,20 +275,20 @@ def _side(cdir: CompileDir, runner, folder: Path, number: int, spec: EvaluationS
     def store(index: int, trace: Trace) -> None:
         with lock:
             verdict = verdicts.get(index)
-        if trace.error_category in MACHINE_FAULT_CATEGORIES or verdict is None:
+        if trace.error_category in MACHINE_FAULT_CATEGORIES or (spec is not None and verdict is None):
             return  # not the skill at work (SPEC §9): made again by the next run
-        done[index] = EvaluatedRollout(side=side, trace=trace, verdict=verdict)
-        atomic_write_json(records / f"{trace.trace_id}.json", done[index])
+        done[index] = (trace, verdict)
+        written = EvaluatedRollout(side=side, trace=trace, verdict=verdict) if spec is not None else trace
+        atomic_write_json(records / f"{trace.trace_id}.json", written)
         if progress:
-            outcome = "pass" if verdict.passed else f"fail ({one_line(verdict.reason, 120)})"
+            outcome = ("done" if verdict is None else "pass" if verdict.passed
+                       else f"fail ({one_line(verdict.reason, 120)})")
             progress(f"{side} {trace.trace_id}: {outcome}")
 
-    bundle_prompt = cdir.bundle().prompt
-    record = cdir.record()
-    task = RolloutTask(prompt=bundle_prompt, task_dir=record.task_dir, skill_name=record.skill_name)
     traces = runner.run_batch(package_dir=package, skill_sha256=skill_sha256, task=task, batch=batch, n=n,
-                              archive_dir=folder / "raw" / batch, progress=store,
-                              done={i: r.trace for i, r in done.items()}, verify=verify)
+                              archive_dir=archive / batch, progress=store,
+                              done={i: trace for i, (trace, _) in done.items()},
+                              verify=verify if spec is not None else None)
     faults = [t for t in traces if t.error_category in MACHINE_FAULT_CATEGORIES]
     if faults:
         first = faults[0]
@@ -254,7 +309,7 @@ def summarize(key: str, number: int, folder: Path, spec: EvaluationSpec, record:
         difference=final.rate - fast.rate, difference_interval=newcombe_difference(final.passed, n, fast.passed, n),
         prompt_tokens=sum(t.prompt_tokens or 0 for t in traces),
         completion_tokens=sum(t.completion_tokens or 0 for t in traces),
-        cost_usd=None if any(c is None for c in costs) else sum(costs), folder=str(folder),
+        cost_usd=None if any(c is None for c in costs) else sum(costs), folder=str(folder), task=spec.task,
     )
 
 
@@ -267,8 +322,10 @@ def _side_result(side: Side, rollouts: list[EvaluatedRollout], n: int) -> SideRe
     )
 
 
-def format_result(result: EvaluationResult) -> str:
-    """The small table `deep-pipeline evaluate` prints."""
+def format_result(result) -> str:
+    """The small table `deep-pipeline evaluate` prints (a task set's and the judged comparison's: theirs)."""
+    if not isinstance(result, EvaluationResult):
+        return result.format()
     def pct(x: float) -> str:
         return f"{100 * x:.0f}%"
 

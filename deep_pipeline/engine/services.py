@@ -79,13 +79,26 @@ def agent_model_settings(config, api_keys: dict[str, str] | None, **extra):
                          temperature=config.agent_temperature, **role_key_settings(config, "agent", api_keys), **extra)
 
 
+def role_model_settings(config, role: str, api_keys: dict[str, str] | None):
+    """A model role's ModelSettings (judge, editor or agent), as a compile step's client has them."""
+    from deep_pipeline.llm.client import ModelSettings
+    from deep_pipeline.llm.timeouts import default_timeout_s
+
+    model = getattr(config, f"{role}_model")
+    # A chat rollout's sends are also bounded by its deadline (rollouts/chat.py).
+    timeout_s = getattr(config, f"{role}_timeout_s") or default_timeout_s(model)
+    return ModelSettings(model=model, api_base=getattr(config, f"{role}_api_base"),
+                         max_tokens=getattr(config, f"{role}_max_tokens"), temperature=temperature_of(config, role),
+                         **role_key_settings(config, role, api_keys), timeout_s=timeout_s,
+                         timeout_setting=f"{role}_timeout_s")
+
+
 def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = False,
                    api_keys: dict[str, str] | None = None, transport=None) -> Services:
     """`api_keys` maps a provider ("anthropic", "openai", ...) to a key a resource handed over;
     `transport`: where litellm runs (llm/transport.py; None: in this process)."""
     from deep_pipeline.llm.budget import Budget
-    from deep_pipeline.llm.client import ModelClient, ModelSettings
-    from deep_pipeline.llm.timeouts import default_timeout_s
+    from deep_pipeline.llm.client import ModelClient
     from deep_pipeline.rollouts import make_runner
 
     config = record.config
@@ -93,14 +106,9 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
     limiter = threading.BoundedSemaphore(config.parallel)
     home = dagster_home()
 
-    def client(model: str, api_base: str | None, role: str) -> ModelClient:
-        max_tokens = getattr(config, f"{role}_max_tokens")
-        # A chat rollout's sends are also bounded by its deadline (rollouts/chat.py).
-        timeout_s = getattr(config, f"{role}_timeout_s") or default_timeout_s(model)
+    def client(role: str) -> ModelClient:
         return ModelClient(
-            ModelSettings(model=model, api_base=api_base, max_tokens=max_tokens, temperature=temperature_of(config, role),
-                          **role_key_settings(config, role, api_keys), timeout_s=timeout_s,
-                          timeout_setting=f"{role}_timeout_s"),
+            role_model_settings(config, role, api_keys),
             role,
             cache_dir=cdir.llm_cache,
             calls_log=cdir.calls_log,
@@ -113,15 +121,15 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
 
     runner = make_runner(
         config,
-        model_client=lambda: client(config.agent_model, config.agent_api_base, "agent"),
+        model_client=lambda: client("agent"),
         agent_settings=agent_model_settings(config, api_keys),
         replay_traces=_replay_traces(cdir, record) if config.runner == "replay" else None,
         local_home=home,
         agents_dir=cdir.path / "agents",
     )
     return Services(
-        judge=client(config.judge_model, config.judge_api_base, "judge"),
-        editor=client(config.editor_model, config.editor_api_base, "editor"),
+        judge=client("judge"),
+        editor=client("editor"),
         runner=runner,
     )
 

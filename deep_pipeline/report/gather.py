@@ -6,6 +6,8 @@ the page is a view of the audit trail, so it can never say more than the records
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,7 +170,9 @@ class _TraceShelf:
 
 
 def latest_evaluation(cdir: CompileDir) -> Path | None:
-    """The results file written last, of any evaluation of this compile (SPEC §10); None when never evaluated."""
-    results = list(evaluations_dir(cdir).glob("*/results/n*.json"))
+    """The results file written last, of any evaluation of this compile (SPEC §10); None when never evaluated.
+    A task set's per-task results (SPEC §11, their spec names the task) are not the compile's: not shown yet."""
+    results = [p for p in evaluations_dir(cdir).glob("*/results/n*.json")
+               if "task" not in json.loads(p.read_text(encoding="utf-8"))]
     return max(results, key=lambda p: (p.stat().st_mtime_ns, str(p))) if results else None
 
