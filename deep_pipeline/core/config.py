@@ -97,7 +97,7 @@ OPERATIONAL_SETTINGS: frozenset[str] = frozenset({
 # away from their default. Left in at the default they would change every compile key made before
 # they existed; left out there, a default is part of the code, as the rules themselves are, and a
 # compile that sets one (a task set that tolerates more loss on one task) gets a key of its own.
-IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss"})
+IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss", "max_edit_growth"})
 # An environment variable's name (never its value: a value in the config would land on disk).
 VARIABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -152,6 +152,9 @@ class CompileConfig(BaseModel):
     # A task set (SPEC §11): an edit whose delta on any one training task is below -max_task_loss
     # is rejected, whatever the mean gain; a compile of one task never reaches that rule.
     max_task_loss: float = Field(default=0.5, ge=0)
+    # An edit whose unit's new text is longer than this factor x the old text is rejected before
+    # any rollout, `edit_too_large` (core/growth.py); None: no edit is refused for its size.
+    max_edit_growth: float | None = Field(default=None, gt=1)
     # The comparison (SPEC §6.5): 2 orders cancel the judge's preference for a position;
     # samples repeat each order; a regression counts only with a quote from a trace.
     compare_orders: Literal[1, 2] = 2

@@ -15,8 +15,8 @@ from deep_pipeline.core.keys import parse_key
 from deep_pipeline.core.matrix import matrix_markdown
 from deep_pipeline.runtime.asset_step import asset_step
 from deep_pipeline.defs.metadata import agent_usage_meta, calls_table, file_ref, skill_use_meta, unit_diff, usage_meta
-from deep_pipeline.defs.pages import (TraceLookup, cell_page, decision_links, evidence_table, matrix_before, scores_table,
-                                     task_table)
+from deep_pipeline.defs.pages import (TraceLookup, cell_page, decision_links, evidence_table, growth_meta, matrix_before,
+                                     scores_table, task_table)
 from deep_pipeline.defs.partitions import across_sets, iterations_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine import iteration_steps as steps
@@ -205,6 +205,7 @@ def decision(context: dg.AssetExecutionContext, store: CompileStoreResource) -> 
         "order_disagreement": _disagreement(d.order_disagreement),
         "call_scores": dg.MetadataValue.json([c.model_dump() for c in d.call_scores]),
         "edit_summary": dg.MetadataValue.text(d.edit_summary or "-"),
+        **growth_meta(d),
         "selected_from_matrix": dg.MetadataValue.text(edit.matrix_key or "-"),
         "evidence_files": dg.MetadataValue.json({n: str(it.path(n)) for n in ("edit.json", "comparison.json", "rollouts.json")}),
         **_page(it, edit, matrix_after),
