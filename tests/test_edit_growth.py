@@ -75,6 +75,7 @@ def test_the_rule_compares_the_units_new_length_with_factor_times_the_old():
 def test_the_setting_is_a_factor_above_one_and_keys_change_only_when_it_is_set():
     assert CompileConfig().max_edit_growth is None
     assert "max_edit_growth" not in CompileConfig().identity_settings()
+    assert "max_edit_growth" not in CompileConfig().model_dump(mode="json")  # compile.json as before
     assert CompileConfig(max_edit_growth=2).identity_settings()["max_edit_growth"] == 2
     for bad in (1, 0.5, -3):
         with pytest.raises(ValueError, match="max_edit_growth"):

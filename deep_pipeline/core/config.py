@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 RunnerName = Literal["chat", "mini-swe-agent", "command", "replay"]
 
@@ -166,6 +166,15 @@ class CompileConfig(BaseModel):
     max_calls: int | None = Field(default=None, ge=1)
     max_usd: float | None = Field(default=None, gt=0)
     dimensions: tuple[Dimension, ...] = DEFAULT_DIMENSIONS
+
+    @model_serializer(mode="wrap")
+    def _unset_new_settings_are_not_written(self, handler):
+        """compile.json keeps no `max_edit_growth: null`: a compile that leaves it unset writes
+        its config as compiles did before the setting existed (and older code still reads it)."""
+        data = handler(self)
+        if isinstance(data, dict) and self.max_edit_growth is None:
+            data.pop("max_edit_growth", None)
+        return data
 
     def identity_settings(self) -> dict:
         """The settings that make the compile's identity (SPEC §2), as JSON values."""
