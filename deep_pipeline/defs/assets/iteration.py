@@ -11,6 +11,7 @@ edit.json), the incumbent's traces and the compile are metadata (keys, paths, sh
 
 import dagster as dg
 
+from deep_pipeline.core.decision import claim_item
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.core.matrix import matrix_markdown
 from deep_pipeline.runtime.asset_step import asset_step
@@ -135,6 +136,8 @@ def comparison(context: dg.AssetExecutionContext, store: CompileStoreResource) -
             "task_relevant": dg.MetadataValue.bool(c.task_relevant),
             "judge_regressions": dg.MetadataValue.json(c.runtime_regressions),
             "dropped_regressions": dg.MetadataValue.int(c.dropped_regressions),
+            # claims kept at face value (regressions_need_evidence: false) whose quote is not in that step
+            "unverified_regressions": dg.MetadataValue.json([claim_item(r) for r in c.regressions if not r.verified]),
             "rule_regressions": dg.MetadataValue.json(record.rule_regressions),
             "ab_order": dg.MetadataValue.text(f"candidate shown as {c.candidate_label} (seed {c.order_seed})"),
             "order_disagreement": _disagreement(c.order_disagreement),
