@@ -105,6 +105,8 @@ def test_an_accepted_decision_page_stands_alone(compiled):
     assert (meta["incumbent_score"], meta["candidate_score"]) == (2.0, 4.0)
     assert "| mean (the rule's) | 2 | 4 |" in meta["scores"] and "candidate as A" in meta["scores"]
     assert meta["judge_reason"] == "scripted comparison"
+    assert (meta["growth_chars"], meta["growth_lines"]) == (accepted.growth_chars, accepted.growth_lines)
+    assert latest(instance, "comparison")[partition][0]["unverified_regressions"] == []  # evidence required: none
     evidence = meta["evidence"]
     for side, batch in (("candidate", f"{level}-i{index:02d}"), ("incumbent", "input")):
         row = next(line for line in evidence.splitlines() if line.startswith(f"| {side} | evidence |"))

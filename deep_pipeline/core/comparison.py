@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from deep_pipeline.core.decision import candidate_label
+from deep_pipeline.core.decision import candidate_label, claim_item
 from deep_pipeline.core.evidence import is_valid
 from deep_pipeline.core.models import (
     REGRESSION_KINDS,
@@ -55,7 +55,8 @@ def check_claims(
     A claim is valid like cell evidence (SPEC §3): its trace (a blind label, renamed to
     the trace id) and step exist on this side and the quote is in that step. Without
     `need_evidence`, every claim of a known kind counts at face value (the original
-    design); its trace id is kept only when it names a trace of this side.
+    design); its trace id is kept only when it names a trace of this side, and a claim
+    whose evidence is not valid is kept with `verified` false.
     """
     by_id = {trace.trace_id: trace for trace in traces}
     kept: list[RegressionClaim] = []
@@ -70,8 +71,9 @@ def check_claims(
             kept.append(claim)
         elif need_evidence:
             dropped += 1
-        else:
-            kept.append(claim if claim.trace_id in by_id else RegressionClaim(kind=claim.kind, quote=claim.quote))
+        else:  # at face value, marked so: an auditor tells it from a claim the traces bear out
+            where = {} if claim.trace_id in by_id else {"trace_id": "", "step": 0}
+            kept.append(claim.model_copy(update={**where, "verified": False}))
     return kept, dropped
 
 
@@ -87,11 +89,6 @@ def _as_claim(item: Any, rename: dict[str, str]) -> RegressionClaim | None:
         step = 0
     trace_id = rename.get(trace_id, trace_id) if isinstance(trace_id, str) else ""
     return RegressionClaim(kind=item["kind"], trace_id=trace_id, step=step, quote=quote if isinstance(quote, str) else "")
-
-
-def claim_item(claim: RegressionClaim) -> str:
-    """How a regression reads in a decision's reason: its kind and where, by real trace id."""
-    return f"{claim.kind} ({claim.trace_id} step {claim.step})" if claim.trace_id else claim.kind
 
 
 _TRACE_LABEL = re.compile(r"\b([AB]\d+)\b")
@@ -131,12 +128,12 @@ def _sign(value: float) -> int:
 def combine(calls: list[CompareCall], order_seed: int) -> Comparison:
     """One verdict from every call (SPEC §6.5): mean scores, the union of the valid
     regressions, task-relevant unless every call says not."""
-    claims: list[RegressionClaim] = []
-    seen: set[tuple[str, str, int]] = set()
+    found: dict[tuple[str, str, int], RegressionClaim] = {}
     for claim in (c for call in calls for c in call.candidate_regressions):
-        if (claim.kind, claim.trace_id, claim.step) not in seen:
-            seen.add((claim.kind, claim.trace_id, claim.step))
-            claims.append(claim)
+        place = (claim.kind, claim.trace_id, claim.step)
+        if place not in found or (claim.verified and not found[place].verified):  # one call's valid quote verifies it
+            found[place] = claim
+    claims = list(found.values())
     evidence: list[EvidenceRef] = []
     for call in calls:
         evidence += [ref for ref in call.candidate_evidence if ref not in evidence]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 RunnerName = Literal["chat", "mini-swe-agent", "command", "replay"]
 
@@ -97,7 +97,7 @@ OPERATIONAL_SETTINGS: frozenset[str] = frozenset({
 # away from their default. Left in at the default they would change every compile key made before
 # they existed; left out there, a default is part of the code, as the rules themselves are, and a
 # compile that sets one (a task set that tolerates more loss on one task) gets a key of its own.
-IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss"})
+IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss", "max_edit_growth"})
 # An environment variable's name (never its value: a value in the config would land on disk).
 VARIABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -152,6 +152,9 @@ class CompileConfig(BaseModel):
     # A task set (SPEC §11): an edit whose delta on any one training task is below -max_task_loss
     # is rejected, whatever the mean gain; a compile of one task never reaches that rule.
     max_task_loss: float = Field(default=0.5, ge=0)
+    # An edit whose unit's new text is longer than this factor x the old text is rejected before
+    # any rollout, `edit_too_large` (core/growth.py); None: no edit is refused for its size.
+    max_edit_growth: float | None = Field(default=None, gt=1)
     # The comparison (SPEC §6.5): 2 orders cancel the judge's preference for a position;
     # samples repeat each order; a regression counts only with a quote from a trace.
     compare_orders: Literal[1, 2] = 2
@@ -163,6 +166,15 @@ class CompileConfig(BaseModel):
     max_calls: int | None = Field(default=None, ge=1)
     max_usd: float | None = Field(default=None, gt=0)
     dimensions: tuple[Dimension, ...] = DEFAULT_DIMENSIONS
+
+    @model_serializer(mode="wrap")
+    def _unset_new_settings_are_not_written(self, handler):
+        """compile.json keeps no `max_edit_growth: null`: a compile that leaves it unset writes
+        its config as compiles did before the setting existed (and older code still reads it)."""
+        data = handler(self)
+        if isinstance(data, dict) and self.max_edit_growth is None:
+            data.pop("max_edit_growth", None)
+        return data
 
     def identity_settings(self) -> dict:
         """The settings that make the compile's identity (SPEC §2), as JSON values."""

@@ -5,7 +5,10 @@ per valid claim, `<kind> (<trace id> step <n>)`, or `<kind>` for a face-value cl
 named no trace), each stripped of outer whitespace with inner whitespace folded, empty
 ones dropped, duplicates dropped (first kept), commas replaced by ';' (the list itself is
 comma-joined); then `timeout` is appended when the candidate's timed-out share is higher
-than the incumbent's and the judge did not already name it. The reason is
+than the incumbent's and the judge did not already name it. Items that only claims kept at face
+value name (`regressions_need_evidence: false`, no quote the traces bear out) read the same in
+the reason — the original design's reasons stay as they were — and are listed apart in the
+decision's `unverified_regressions` (`<task>:<item>` in a task set of several). The reason is
 `runtime_regressed:` + the items joined by `,`, e.g.
 `runtime_regressed:failed_command (section-i00-r1 step 3),timeout`. In a task set of more
 than one training task the first task with any is named: `runtime_regressed:<task>:<items>`.
@@ -23,6 +26,7 @@ from deep_pipeline.core.models import (
     REGRESSED_PREFIX,
     TASK_REGRESSED_PREFIX,
     Comparison,
+    RegressionClaim,
     TaskComparison,
     TaskDecision,
     Trace,
@@ -53,13 +57,33 @@ def regressions(comparison: Comparison, incumbent_traces: list[Trace], candidate
     """
     items: list[str] = []
     for raw in comparison.runtime_regressions:
-        item = " ".join(raw.split()).replace(",", ";")
-        if len(item) > REGRESSION_CHARS:  # the reason stays one readable line; comparison.json keeps it whole
-            item = item[: REGRESSION_CHARS - 1] + "…"
+        item = clean_item(raw)
         if item and item not in items:
             items.append(item)
     items += [item for item in rule_regressions(incumbent_traces, candidate_traces) if item not in items]
     return items
+
+
+def clean_item(raw: str) -> str:
+    """One regression item as the reason reads it: whitespace folded, no comma, one short line."""
+    item = " ".join(raw.split()).replace(",", ";")
+    if len(item) > REGRESSION_CHARS:  # the reason stays one readable line; comparison.json keeps it whole
+        item = item[: REGRESSION_CHARS - 1] + "…"
+    return item
+
+
+def claim_item(claim: RegressionClaim) -> str:
+    """How a regression reads in a decision's reason: its kind and where, by real trace id."""
+    return f"{claim.kind} ({claim.trace_id} step {claim.step})" if claim.trace_id else claim.kind
+
+
+def unverified(comparison: Comparison) -> list[str]:
+    """The regression items (cleaned as in the reason) that only claims kept at face value name
+    (`regressions_need_evidence: false`, no quote the traces bear out): the reason reads them
+    exactly as the original design did, so the decision lists them apart."""
+    verified = {clean_item(claim_item(c)) for c in comparison.regressions if c.verified}
+    items = [clean_item(claim_item(c)) for c in comparison.regressions if not c.verified]
+    return list(dict.fromkeys(item for item in items if item and item not in verified))
 
 
 def decide(
@@ -96,8 +120,11 @@ def decide_tasks(compared: list[TaskComparison], min_gain: float, max_task_loss:
     found = {c.task: items for c in compared
              if (items := regressions(c.comparison, c.incumbent_traces, c.candidate_traces))}
 
+    face_value = [(f"{c.task}:" if named else "") + item for c in compared for item in unverified(c.comparison)]
+
     def verdict(accepted: bool, reason: str) -> TaskDecision:
-        return TaskDecision(accepted=accepted, reason=reason, delta=delta, task_deltas=deltas, task_regressions=found)
+        return TaskDecision(accepted=accepted, reason=reason, delta=delta, task_deltas=deltas, task_regressions=found,
+                            unverified_regressions=face_value)
 
     if not any(c.comparison.task_relevant for c in compared):
         return verdict(False, NOT_RELEVANT)

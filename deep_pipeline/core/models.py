@@ -26,6 +26,7 @@ NO_IMPROVEMENT = "target_cell_did_not_improve"
 TASK_REGRESSED_PREFIX = "task_regressed:"  # a task set's edit lost too much on one task (SPEC §11)
 EXACT_DUPLICATE = "exact_duplicate_rejected_edit"
 EDIT_VALIDATION_EXHAUSTED = "edit_validation_exhausted"
+EDIT_TOO_LARGE = "edit_too_large"  # the unit grew past `max_edit_growth` (core/growth.py), before any rollout
 BUDGET_EXHAUSTED = "budget_exhausted"
 
 # A score on the 1-5 rubric: the judge gives integers; a comparison of several calls
@@ -236,6 +237,16 @@ class RegressionClaim(Record):
     trace_id: str = ""
     step: int = Field(default=0, ge=0)
     quote: str = ""
+    # False: kept at face value (`regressions_need_evidence: false`) though its quote is not in
+    # that step. Written only when false, so records where every claim is verified read as before.
+    verified: bool = True
+
+    @model_serializer(mode="wrap")
+    def _verified_is_not_written(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and self.verified:
+            data.pop("verified", None)
+        return data
 
 
 class CompareCall(Record):
@@ -296,6 +307,7 @@ class TaskDecision(Record):
     delta: float  # the mean of the per-task deltas
     task_deltas: dict[str, float]  # every task's delta, in the task set's order
     task_regressions: dict[str, list[str]] = Field(default_factory=dict)  # tasks with any, their items
+    unverified_regressions: list[str] = Field(default_factory=list)  # the items kept at face value
 
 
 class CallScores(Record):
@@ -345,10 +357,20 @@ class Decision(Record):
     # not written) for a compile of one task.
     task_deltas: dict[str, float] | None = None
     task_regressions: dict[str, list[str]] | None = None
+    # The edit's growth of SKILL.md, candidate minus incumbent (core/growth.py); None (and not
+    # written) when there was no valid edit, or in records made before it was kept.
+    growth_chars: int | None = None
+    growth_lines: int | None = None
+    # The regression items (as in `reason` / `task_regressions`) the judge claimed without a quote
+    # the traces bear out, kept at face value (`regressions_need_evidence: false`); None: none.
+    unverified_regressions: list[str] | None = None
 
     @model_serializer(mode="wrap")
     def _one_task_writes_no_task_fields(self, handler):
-        return omit_when_none(handler(self), self, ("task_deltas", "task_regressions"))
+        return omit_when_none(handler(self), self, OPTIONAL_DECISION_FIELDS)
+
+
+OPTIONAL_DECISION_FIELDS = ("task_deltas", "task_regressions", "growth_chars", "growth_lines", "unverified_regressions")
 
 
 class LevelSummary(Record):

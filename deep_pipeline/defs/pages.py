@@ -9,7 +9,7 @@ from urllib.parse import quote, urlencode
 import dagster as dg
 
 from deep_pipeline.core.evidence import quote_context, step_full_text
-from deep_pipeline.core.models import Cell, Comparison, Decision, ScoreMatrix, Trace
+from deep_pipeline.core.models import Cell, Comparison, Decision, RegressionClaim, ScoreMatrix, Trace
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.iteration_steps import level_matrix_at
 from deep_pipeline.engine.records import ComparisonRecord, EditRecord
@@ -71,12 +71,29 @@ def _evidence_rows(comparison: Comparison) -> list[tuple[str, str, str, int, str
     for c in calls:
         rows += [("candidate", "evidence", e.trace_id, e.step, e.quote) for e in c.candidate_evidence]
         rows += [("incumbent", "evidence", e.trace_id, e.step, e.quote) for e in c.incumbent_evidence]
-        rows += [("candidate", f"regression: {r.kind}", r.trace_id, r.step, r.quote) for r in c.candidate_regressions]
-        rows += [("incumbent", f"regression: {r.kind}", r.trace_id, r.step, r.quote) for r in c.incumbent_regressions]
+        rows += [("candidate", claim_kind(r), r.trace_id, r.step, r.quote) for r in c.candidate_regressions]
+        rows += [("incumbent", claim_kind(r), r.trace_id, r.step, r.quote) for r in c.incumbent_regressions]
     if not calls:  # a record from before every call was kept
         rows += [("candidate", "evidence", e.trace_id, e.step, e.quote) for e in comparison.candidate_evidence]
-    rows += [("candidate", f"regression: {r.kind}", r.trace_id, r.step, r.quote) for r in comparison.regressions]
+    rows += [("candidate", claim_kind(r), r.trace_id, r.step, r.quote) for r in comparison.regressions]
     return list(dict.fromkeys(rows))
+
+
+def claim_kind(claim: RegressionClaim) -> str:
+    """A kept regression claim as the evidence table names it: verified by its quote, or taken at face value."""
+    return f"regression: {claim.kind} ({'verified' if claim.verified else 'unverified: face value'})"
+
+
+def growth_meta(decision: Decision) -> dict:
+    """The edit's growth of SKILL.md (chars, lines) and the regressions kept at face value, when there are any."""
+    meta = {}
+    if decision.growth_chars is not None:
+        meta["growth_chars"] = dg.MetadataValue.int(decision.growth_chars)
+    if decision.growth_lines is not None:
+        meta["growth_lines"] = dg.MetadataValue.int(decision.growth_lines)
+    if decision.unverified_regressions:
+        meta["unverified_regressions"] = dg.MetadataValue.json(decision.unverified_regressions)
+    return meta
 
 
 def evidence_table(comparison: Comparison, traces: TraceLookup) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from deep_pipeline.core.config import CompileConfig
+from deep_pipeline.core.growth import skill_size
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Decision, Trace
 from deep_pipeline.core.skill_use import IterationSkillUse, share
 from deep_pipeline.engine.context import CompileHandle
@@ -226,6 +227,7 @@ def report_step(ctx: CompileHandle) -> Report:
         usage_by_role=by_role,
         usage_total=total,
         final_skill_dir=str(cdir.final_skill),
+        skill_size=skill_size(history.skill_text, state.current_skill_text),
     )
     cdir.require()
     atomic_write_json(cdir.report_path, report)

@@ -13,10 +13,12 @@ from typing import NamedTuple
 from deep_pipeline.core.comparison import summary_comparison
 from deep_pipeline.core.decision import decide_tasks, order_seed, rule_regressions
 from deep_pipeline.core.edits import prepare_edit
+from deep_pipeline.core.growth import growth, too_large
 from deep_pipeline.core.keys import batch_name, edit_call_key, iteration_key, matrix_key, parse_key
 from deep_pipeline.core.matrix import current_matrix
 from deep_pipeline.core.models import (
     BUDGET_EXHAUSTED,
+    EDIT_TOO_LARGE,
     EDIT_VALIDATION_EXHAUSTED,
     EXACT_DUPLICATE,
     CallScores,
@@ -48,6 +50,7 @@ from deep_pipeline.store import atomic_copy_tree, atomic_write_json, package_fil
 SKIP_REASONS = {
     "exact_duplicate": EXACT_DUPLICATE,
     "edit_validation_exhausted": EDIT_VALIDATION_EXHAUSTED,
+    "edit_too_large": EDIT_TOO_LARGE,
     "budget_exhausted": BUDGET_EXHAUSTED,
 }
 
@@ -160,7 +163,8 @@ def _write_edit(it: Iteration, state, action: RunIteration, seq: int, first_atte
         attempts.append(EditAttempt(attempt=attempt, edit_summary=edit.edit_summary, new_text=edit.new_text, ok=check.ok, reason=check.reason))
         if check.ok:
             edit_sha = sha256_text(check.unit_text)
-            status = "exact_duplicate" if edit_sha in state.rejected_hashes(coordinate) else "ok"
+            status = ("exact_duplicate" if edit_sha in state.rejected_hashes(coordinate) else
+                      "edit_too_large" if too_large(unit.text, check.unit_text, ctx.config.max_edit_growth) else "ok")
             return EditRecord(
                 **base, status=status, attempts=attempts, edit=edit, unit_text_after=check.unit_text,
                 candidate_skill_text=check.skill_text, edit_sha256=edit_sha, usage=usage_of_calls(calls),
@@ -300,7 +304,7 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
     ctx = it.ctx
     common = dict(
         level=it.level, index=it.index, section_id=edit.section_id, coordinate=edit.coordinate,
-        edit_summary=edit.edit.edit_summary if edit.edit else "", edit_sha256=edit.edit_sha256,
+        edit_summary=edit.edit.edit_summary if edit.edit else "", edit_sha256=edit.edit_sha256, **_growth(edit),
     )
     if comparison.skipped:
         decision = Decision(**common, accepted=False, reason=SKIP_REASONS[comparison.skipped])
@@ -317,6 +321,7 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
                                     candidate_score=c.candidate_score) for c in result.calls],
             task_deltas=verdict.task_deltas if several else None,
             task_regressions=verdict.task_regressions if several else None,
+            unverified_regressions=verdict.unverified_regressions or None,
         )
         if verdict.accepted:
             decision = decision.model_copy(update=dict(
@@ -327,6 +332,17 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
                 ),
             ))
     return DecisionRecord(seq=edit.seq, decision=decision, usage=edit.usage.add(comparison.usage))
+
+
+def _growth(edit: EditRecord) -> dict:
+    """The edit's growth of SKILL.md (core/growth.py), when it wrote a valid candidate."""
+    if edit.candidate_skill_text is None or edit.unit_text_after is None:
+        return {}
+    after, start = edit.unit_text_after, edit.unit.start
+    # The incumbent SKILL.md: the candidate with the unit's old text back (the unit's offsets are the incumbent's).
+    incumbent = edit.candidate_skill_text[:start] + edit.unit_text_before + edit.candidate_skill_text[start + len(after):]
+    chars, lines = growth(incumbent, edit.candidate_skill_text)
+    return {"growth_chars": chars, "growth_lines": lines}
 
 
 def _task_comparisons(ctx: CompileHandle, comparison: ComparisonRecord) -> list[TaskComparison]:

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from deep_pipeline.core.config import CompileConfig
+from deep_pipeline.core.growth import SkillSize
 from deep_pipeline.core.models import (Cell, Comparison, Coordinate, Decision, LevelSummary, LocalEdit, ScoreMatrix, Unit,
                                         omit_when_none)
 from deep_pipeline.core.skill_use import IterationSkillUse, SkillUse
@@ -154,7 +155,7 @@ class EditRecord(EngineRecord):
     base_skill_sha256: str
     incumbent_batch: str
     matrix_key: str | None = None  # the matrix the cell was selected from (None in records before it was kept)
-    status: Literal["ok", "edit_validation_exhausted", "exact_duplicate", "budget_exhausted"]
+    status: Literal["ok", "edit_validation_exhausted", "exact_duplicate", "edit_too_large", "budget_exhausted"]
     attempts: list[EditAttempt] = Field(default_factory=list)
     edit: LocalEdit | None = None
     unit_text_before: str = ""
@@ -240,3 +241,10 @@ class Report(EngineRecord):
     verifier_signal_used: bool = False
     final_skill_dir: str
     finished_at: str = Field(default_factory=now_iso)
+    # S_final's SKILL.md against S_fast's, chars and lines (bloat in sight); None (and not
+    # written) in reports made before it was kept.
+    skill_size: SkillSize | None = None
+
+    @model_serializer(mode="wrap")
+    def _older_reports_write_no_size(self, handler):
+        return omit_when_none(handler(self), self, ("skill_size",))

@@ -41,7 +41,7 @@ class EvidenceRow:
     step: int
     quote: str
     excerpt: StepExcerpt | None  # None: the trace or step is not in the records, or the quote not in it
-    note: str = ""  # a regression's kind
+    note: str = ""  # a regression's kind, and whether its quote verified it
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,8 @@ def evidence_rows(record: ComparisonRecord, traces: _TraceShelf) -> list[Evidenc
     candidate = traces.batch(record.candidate_batch)
     incumbent = traces.batch(record.incumbent_batch)
     rows = [_row("candidate", ref.trace_id, ref.step, ref.quote, candidate) for ref in comparison.candidate_evidence]
-    rows += [_row("regression", c.trace_id, c.step, c.quote, candidate, note=c.kind) for c in comparison.regressions]
+    rows += [_row("regression", c.trace_id, c.step, c.quote, candidate,
+                  note=f"{c.kind}, {'verified' if c.verified else 'unverified: face value'}") for c in comparison.regressions]
     seen: set[tuple[str, int, str]] = set()
     for ref in (ref for call in comparison.calls for ref in call.incumbent_evidence):
         if (ref.trace_id, ref.step, ref.quote) not in seen:

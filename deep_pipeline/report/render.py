@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 from html import escape
 
+from deep_pipeline.core.growth import signed, skill_size
 from deep_pipeline.core.keys import iteration_label
 from deep_pipeline.core.models import Cell, ScoreMatrix
 from deep_pipeline.engine.records import MatrixRecord
@@ -54,10 +55,18 @@ def header(page: ReportPage) -> str:
              ("judge model", r.judge_model),
              ("editor model", r.editor_model), ("S_fast package", r.input_package_hash),
              ("S_final package", r.final_package_hash), ("S_final", r.final_skill_dir),
+             ("SKILL.md size", size_fact(page)),
              ("verifier signal used", str(r.verifier_signal_used).lower()), ("finished", r.finished_at),
              ("records", str(page.folder))]
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
     return f'<dl class="facts" id="summary">{rows}</dl>'
+
+
+def size_fact(page: ReportPage) -> str:
+    """S_final's SKILL.md against S_fast's: the report's figures, else (an older report) the two texts'."""
+    size = page.report.skill_size or skill_size(page.fast_skill, page.final_skill)
+    return (f"S_fast {size.fast_chars} chars, {size.fast_lines} lines → S_final {size.final_chars} chars, "
+            f"{size.final_lines} lines ({signed(size.growth_chars)} chars, {signed(size.growth_lines)} lines)")
 
 
 def task_facts(record) -> list[tuple[str, str]]:
@@ -114,7 +123,8 @@ def _cell(cell: Cell | None) -> str:
 
 # -- timeline ----------------------------------------------------------------------------
 TIMELINE_HEAD = ("#", "iteration", "coordinate", "outcome", "reason", "incumbent → candidate", "delta",
-                 "per call (order: incumbent → candidate)", "orders disagree", "skill use", "edit")
+                 "per call (order: incumbent → candidate)", "orders disagree", "skill use", "growth (chars, lines)",
+                 "edit")
 
 
 def timeline(views: list[IterationView]) -> str:
@@ -140,14 +150,23 @@ def _decision_row(view: IterationView) -> str:
                       f"{c.incumbent_score} → {c.candidate_score}" for c in d.call_scores) or "–"
     disagree = "–" if d.order_disagreement is None else ("yes" if d.order_disagreement else "no")
     number = (f'<a href="#evidence-{view.number}">{view.number}</a>' if view.comparison else str(view.number))
-    texts = [iteration_label(d.level, d.index), str(d.coordinate), outcome, d.reason, scores, delta, calls,
-             disagree, skill_use(view), d.edit_summary or "–"]
+    reason = d.reason + (f" (unverified, face value: {'; '.join(d.unverified_regressions)})"
+                         if d.unverified_regressions else "")
+    texts = [iteration_label(d.level, d.index), str(d.coordinate), outcome, reason, scores, delta, calls,
+             disagree, skill_use(view), growth_text(d), d.edit_summary or "–"]
     tds = "".join(f'<td class="{cls}">{cell}</td>' for cls, cell in zip(_TIMELINE_CLASSES, [number, *map(esc, texts)]))
     return f'<tr id="decision-{view.number}" class="{outcome}">{tds}</tr>'
 
 
 _TIMELINE_CLASSES = ("num", "iteration", "coordinate", "outcome", "reason", "scores", "delta", "calls",
-                     "disagree", "skill-use", "edit")
+                     "disagree", "skill-use", "growth", "edit")
+
+
+def growth_text(d) -> str:
+    """The edit's growth of SKILL.md; – when no valid edit was written (or the record predates it)."""
+    if d.growth_chars is None or d.growth_lines is None:
+        return "–"
+    return f"{signed(d.growth_chars)} chars, {signed(d.growth_lines)} lines"
 
 
 def skill_use(view: IterationView) -> str:

@@ -11,12 +11,13 @@ edit.json), the incumbent's traces and the compile are metadata (keys, paths, sh
 
 import dagster as dg
 
+from deep_pipeline.core.decision import claim_item
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.core.matrix import matrix_markdown
 from deep_pipeline.runtime.asset_step import asset_step
 from deep_pipeline.defs.metadata import agent_usage_meta, calls_table, file_ref, skill_use_meta, unit_diff, usage_meta
-from deep_pipeline.defs.pages import (TraceLookup, cell_page, decision_links, evidence_table, matrix_before, scores_table,
-                                     task_table)
+from deep_pipeline.defs.pages import (TraceLookup, cell_page, decision_links, evidence_table, growth_meta, matrix_before,
+                                     scores_table, task_table)
 from deep_pipeline.defs.partitions import across_sets, iterations_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine import iteration_steps as steps
@@ -135,6 +136,8 @@ def comparison(context: dg.AssetExecutionContext, store: CompileStoreResource) -
             "task_relevant": dg.MetadataValue.bool(c.task_relevant),
             "judge_regressions": dg.MetadataValue.json(c.runtime_regressions),
             "dropped_regressions": dg.MetadataValue.int(c.dropped_regressions),
+            # claims kept at face value (regressions_need_evidence: false) whose quote is not in that step
+            "unverified_regressions": dg.MetadataValue.json([claim_item(r) for r in c.regressions if not r.verified]),
             "rule_regressions": dg.MetadataValue.json(record.rule_regressions),
             "ab_order": dg.MetadataValue.text(f"candidate shown as {c.candidate_label} (seed {c.order_seed})"),
             "order_disagreement": _disagreement(c.order_disagreement),
@@ -205,6 +208,7 @@ def decision(context: dg.AssetExecutionContext, store: CompileStoreResource) -> 
         "order_disagreement": _disagreement(d.order_disagreement),
         "call_scores": dg.MetadataValue.json([c.model_dump() for c in d.call_scores]),
         "edit_summary": dg.MetadataValue.text(d.edit_summary or "-"),
+        **growth_meta(d),
         "selected_from_matrix": dg.MetadataValue.text(edit.matrix_key or "-"),
         "evidence_files": dg.MetadataValue.json({n: str(it.path(n)) for n in ("edit.json", "comparison.json", "rollouts.json")}),
         **_page(it, edit, matrix_after),
