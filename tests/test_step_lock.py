@@ -115,8 +115,27 @@ def test_a_cli_compile_started_while_a_daemon_run_of_it_is_in_flight_ends_as_one
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             assert gate.arrived.wait(120), "the daemon run never reached its matrix"
-            threading.Timer(2.0, gate.release.set).start()  # it stays inside its step a while yet
+            # It stays inside its step until the CLI is seen waiting for the step lock (however
+            # long the CLI takes to get there on a loaded machine); then it may go on.
+            import deep_pipeline.engine.context as context_module
+
+            locked = context_module.file_lock
+
+            def watched(path, **kwargs):
+                on_wait = kwargs.pop("on_wait", None)
+
+                def waiting():
+                    if on_wait is not None:
+                        on_wait()
+                    gate.release.set()
+
+                return locked(path, on_wait=waiting, **kwargs)
+
+            monkeypatch.setattr(context_module, "file_lock", watched)
+            fallback = threading.Timer(300.0, gate.release.set)  # a CLI that never waits fails the asserts, not hangs
+            fallback.start()
             code = main(served.compile_args)
+            fallback.cancel()
         finally:
             gate.release.set()
             _, daemon_err = daemon_run.communicate(timeout=120)
