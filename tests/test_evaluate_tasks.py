@@ -165,6 +165,12 @@ def test_the_cli_prints_per_task_rows_and_the_judged_comparison(tmp_path, script
     assert latest_evaluation(cdir) is None  # a task's own result is not shown as the compile's evaluation
     assert main(["evaluate", cdir.key, "--judge", "--rollouts", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pooled"]["rate"] == 0.75
+    # The HTML report shows both, training and held-out side by side, with the plain sentence.
+    from deep_pipeline.report import gather, render
+
+    page = render(gather(cdir))
+    assert "Training and held-out tasks side by side" in page and "pooled (held-out)" in page
+    assert "retro                  held_out      1/1  100%" in page and SENTENCE in page
 
 
 def test_judge_on_a_compile_without_a_held_out_task_is_refused_in_one_line_exit_2(

@@ -71,6 +71,7 @@ class ReportPage:
     final_skill: str
     evaluation: EvaluationResult | None
     evaluation_path: Path | None
+    task_evaluations: list[str] = field(default_factory=list)  # a task set's, as `evaluate` prints them (SPEC §11)
 
 
 def gather(cdir: CompileDir) -> ReportPage:
@@ -88,8 +89,25 @@ def gather(cdir: CompileDir) -> ReportPage:
         iterations=iteration_views(cdir, report), fast_skill=cdir.skill_text(),
         final_skill=final_md.read_bytes().decode("utf-8") if final_md.is_file() else cdir.skill_text(),
         evaluation=read_model(evaluation_path, EvaluationResult) if evaluation_path else None,
-        evaluation_path=evaluation_path,
+        evaluation_path=evaluation_path, task_evaluations=task_set_evaluations(cdir),
     )
+
+
+def task_set_evaluations(cdir: CompileDir) -> list[str]:
+    """A task set's latest evaluation per task and split, and its latest held-out judged
+    comparison, as `evaluate` printed them: training and held-out side by side (SPEC §11)."""
+    from deep_pipeline.engine.evaluation import judged_dir, task_set_dir
+    from deep_pipeline.engine.evaluation_judged import JudgedResult
+    from deep_pipeline.engine.evaluation_tasks import TaskSetResult, format_tasks
+
+    texts = []
+    for folder, model, show in ((task_set_dir(cdir), TaskSetResult, format_tasks),
+                                (judged_dir(cdir), JudgedResult, JudgedResult.format)):
+        files = list(folder.glob("n*.json")) if folder.is_dir() else []
+        if files:
+            latest = max(files, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+            texts.append(show(read_model(latest, model)))
+    return texts
 
 
 def matrix_groups(records: list[MatrixRecord]) -> list[MatrixGroup]:

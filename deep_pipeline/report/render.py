@@ -257,6 +257,10 @@ def usage(page: ReportPage) -> str:
 
 def evaluation(page: ReportPage) -> str:
     result = page.evaluation
+    if page.task_evaluations:  # a task set's: per task, pooled per split, and the held-out judged comparison
+        blocks = "".join(f'<pre class="task-evaluation">{esc(text)}</pre>' for text in page.task_evaluations)
+        return _section("evaluation", "<p>Training and held-out tasks side by side (SPEC §11); "
+                        "the held-out tasks were never seen by the compile.</p>" + blocks)
     if result is None:
         return _section("evaluation", f"<p>Not evaluated. <code>deep-pipeline evaluate "
                         f"{esc(page.report.compile_key)}</code> measures S_final against S_fast with the task's "
