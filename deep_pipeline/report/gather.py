@@ -71,7 +71,7 @@ class ReportPage:
     final_skill: str
     evaluation: EvaluationResult | None
     evaluation_path: Path | None
-    task_evaluations: list[str] = field(default_factory=list)  # a task set's, as `evaluate` prints them (SPEC §11)
+    task_set_results: list[str] = field(default_factory=list)  # a task set's, as `evaluate` prints them (SPEC §11)
 
 
 def gather(cdir: CompileDir) -> ReportPage:
@@ -89,7 +89,7 @@ def gather(cdir: CompileDir) -> ReportPage:
         iterations=iteration_views(cdir, report), fast_skill=cdir.skill_text(),
         final_skill=final_md.read_bytes().decode("utf-8") if final_md.is_file() else cdir.skill_text(),
         evaluation=read_model(evaluation_path, EvaluationResult) if evaluation_path else None,
-        evaluation_path=evaluation_path, task_evaluations=task_set_evaluations(cdir),
+        evaluation_path=evaluation_path, task_set_results=task_set_evaluations(cdir),
     )
 
 

@@ -257,8 +257,8 @@ def usage(page: ReportPage) -> str:
 
 def evaluation(page: ReportPage) -> str:
     result = page.evaluation
-    if page.task_evaluations:  # a task set's: per task, pooled per split, and the held-out judged comparison
-        blocks = "".join(f'<pre class="task-evaluation">{esc(text)}</pre>' for text in page.task_evaluations)
+    if page.task_set_results:  # a task set's: per task, pooled per split, and the held-out judged comparison
+        blocks = "".join(f'<pre class="task-evaluation">{esc(text)}</pre>' for text in page.task_set_results)
         return _section("evaluation", "<p>Training and held-out tasks side by side (SPEC §11); "
                         "the held-out tasks were never seen by the compile.</p>" + blocks)
     if result is None:
