@@ -38,7 +38,7 @@ SECTIONS = ("Setup", "Gather", "Write", "Check")
 MARKER = re.compile(r"\{rev (?P<tag>[0-9a-f]+) (?P<unit>[A-Za-z0-9-]+)/(?P<dim>[a-z_]+) (?P<effect>[+-]\d)\}")
 UNIT_BLOCK = re.compile(r"<<unit (?P<id>[^>\s]+)>>\n(?P<text>.*?)<</unit>>", re.S)
 ERROR_LINE = re.compile(
-    r"^\[(?P<label>[AB]\d+) step (?P<step>\d+)\] tool \(error\): (?P<quote>.*rev (?P<tag>[0-9a-f]+).*)$", re.M)
+    r"^\[(?P<label>[^\]\s]+) step (?P<step>\d+)\] tool \(error\): (?P<quote>.*rev (?P<tag>[0-9a-f]+).*)$", re.M)
 
 
 def skill_text() -> str:
@@ -186,10 +186,10 @@ class World:
     @staticmethod
     def _real_errors(text: str, cand: str, new_tags: set[str]) -> list[dict]:
         """An `error` claim for the first error line of each new harmful edit in the candidate's traces."""
-        traces = text.split(f"# Traces with version {cand}\n", 1)[1]
+        traces = text.split(f"# Traces with version {cand}\n", 1)[1].split("\n# Traces with version ", 1)[0]
         cited, claims = set(), []
-        for m in ERROR_LINE.finditer(traces):
-            if m["label"].startswith(cand) and m["tag"] in new_tags and m["tag"] not in cited:
+        for m in ERROR_LINE.finditer(traces):  # whatever labels the comparator gave the traces
+            if m["tag"] in new_tags and m["tag"] not in cited:
                 cited.add(m["tag"])
                 claims.append({"kind": "error", "trace_id": m["label"], "step": int(m["step"]), "quote": m["quote"]})
         return claims
