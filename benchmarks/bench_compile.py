@@ -116,6 +116,7 @@ class CompileResult:
     column_calls: int = 0
     editor_calls: int = 0
     decisions: list[tuple[int, str, bool, str]] = field(default_factory=list)  # (effect, dimension, accepted, reason)
+    at_the_bar: int = 0  # neutral or harmful edits kept at a mean delta of exactly min_gain
 
 
 class _Ctx:
@@ -206,6 +207,7 @@ class Compile:
         self.result.seen[truth.effect] += 1
         self.result.kept[truth.effect] += decision.accepted
         self.result.decisions.append((truth.effect, truth.dimension, decision.accepted, decision.reason))
+        self.result.at_the_bar += decision.accepted and truth.effect <= 0 and decision.delta == self.config.min_gain
         return decision
 
 
@@ -268,6 +270,7 @@ class Row:
     edits: dict[int, int]  # compared edits by true effect, over all seeds
     kept: dict[int, int]  # of which accepted
     calls_per_comparison: float | None  # None for the oracle (it asks no judge)
+    at_the_bar: int = 0  # kept neutral or harmful edits whose mean delta was exactly min_gain
     of_oracle: float | None = None  # mean gain / the oracle's mean gain
 
 
@@ -281,7 +284,8 @@ def summarize(gate: str, sigma: float, bonus: float, results: list[CompileResult
     comparisons = sum(r.comparisons for r in results)
     calls = sum(r.compare_calls for r in results)
     per = None if gate == "oracle" else (calls / comparisons if comparisons else 0.0)
-    return Row(gate, sigma, bonus, len(results), mean, se, share[1], share[0], share[-1], seen, kept, per)
+    return Row(gate, sigma, bonus, len(results), mean, se, share[1], share[0], share[-1], seen, kept, per,
+               sum(r.at_the_bar for r in results))
 
 
 def with_oracle(rows: list[Row]) -> list[Row]:
@@ -378,6 +382,11 @@ def main(argv: list[str] | None = None) -> list[Row]:
           f"r = {args.invent_rate:g}; min_gain {config.min_gain:g}, section_iterations {config.section_iterations}, "
           f"paragraph_iterations {config.paragraph_iterations}, rollouts {config.rollouts}")
     print(table(rows, args.markdown))
+    for row in rows:
+        bad = row.kept[0] + row.kept[-1]
+        if row.gate != "oracle" and bad:
+            print(f"{row.gate} at sigma {row.sigma:g}, b {row.bonus:g}: {row.at_the_bar} of the {bad} neutral or harmful "
+                  f"edits kept ({100 * row.at_the_bar / bad:.0f} %) passed at a mean delta of exactly min_gain")
     for note in notes:
         print(note)
     print(f"{len(rows) * args.seeds} compiles in {elapsed:.1f} s ({args.jobs} job{'s' if args.jobs > 1 else ''})")

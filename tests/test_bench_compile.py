@@ -72,6 +72,7 @@ def test_the_gain_read_off_s_final_is_the_kept_edits_true_effects(noisy):
     for row in noisy[0]:
         assert row.gain * row.seeds == pytest.approx(row.kept[1] - row.kept[-1]), row.gate
         assert row.of_oracle == pytest.approx(row.gain / by_gate(noisy[0])["oracle"].gain)
+        assert 0 <= row.at_the_bar <= row.kept[0] + row.kept[-1]
 
 
 def test_calls_per_comparison_are_counted_by_the_scripted_provider(noisy):
