@@ -284,3 +284,8 @@ def test_a_compiles_decision_records_the_pairs_the_bound_and_the_stop_reason(tmp
     assert stored == decision and decision.accepted
     assert (decision.pairs, decision.gain_bound, decision.stop_reason) == (3, 0.5, "max_pairs")
     assert [c.pair for c in decision.call_scores] == [0, 0, 1, 1, 2, 2]
+    # The HTML report's decision entry says so too.
+    from deep_pipeline.report import gather, render
+
+    html = render(gather(ctx.cdir))
+    assert "3 pairs, gain bound +0.5, stopped: max_pairs" in html and "p2 A: 3 → 4" in html
