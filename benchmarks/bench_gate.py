@@ -15,8 +15,13 @@ not in the step). The judge finds the candidate only by the hidden marker in its
 Each gate runs over the same iterations (same effects, same seeded order, and the same
 noise for the same iteration, position and sample):
 - original: compare_orders 1, compare_samples 1, regressions at face value;
-- default: compare_orders 2, compare_samples 1, regressions need evidence;
-- samples3: compare_orders 2, compare_samples 3, regressions need evidence.
+- two-orders: compare_orders 2, compare_samples 1, compare_max_pairs 1, regressions need evidence
+  (the default before the sequential rule);
+- samples3: compare_orders 2, compare_samples 3, compare_max_pairs 1, regressions need evidence;
+- sequential (default): compare_orders 2, compare_samples 1, compare_max_pairs 3, regressions
+  need evidence (core/sequential.py: more pairs while unsure, accepted on the sign-test bound).
+Each extra pair's calls draw fresh noise (the judge counts the calls it saw for an iteration
+and position), as a re-presented prompt or a sampling judge gives.
 It prints, per gate and (sigma, b): the false-accept rate (accepted when the true effect
 is not better), the false-reject rate (rejected when it is better) and judge calls per
 iteration as the scripted provider counted them.
@@ -62,12 +67,18 @@ class Gate:
     orders: int
     samples: int
     need_evidence: bool
+    max_pairs: int = 1
+
+    @property
+    def slug(self) -> str:  # the gate in its calls' keys
+        return self.name.split()[0]
 
 
 GATES = (
     Gate("original", 1, 1, False),
-    Gate("default", 2, 1, True),
+    Gate("two-orders", 2, 1, True),
     Gate("samples3", 2, 3, True),
+    Gate("sequential (default)", 2, 1, True, max_pairs=3),
 )
 
 
@@ -166,13 +177,14 @@ def run_gate(client: ModelClient, gate: Gate, truth: list[int], seed: int, run: 
     accepted = []
     for index, effect in enumerate(truth):
         comparison, _ = compare_cell(
-            client, iteration_key=f"bench-gate/{run}/{gate.name}/{index}", task_prompt=TASK, unit=UNIT,
+            client, iteration_key=f"bench-gate/{run}/{gate.slug}/{index}", task_prompt=TASK, unit=UNIT,
             old_text=OLD_TEXT, new_text=new_text(index, effect), dimension=DEFAULT_DIMENSIONS[0],
             incumbent_traces=INCUMBENT_TRACES, candidate_traces=CANDIDATE_TRACES,
             # One seed per iteration, whatever the gate: the original gate's one call is the
             # first call of the others, so the gates differ only by what they add.
             order_seed=order_seed(f"bench-gate/{seed}/{index}"),
             orders=gate.orders, samples=gate.samples, need_evidence=gate.need_evidence,
+            max_pairs=gate.max_pairs, min_gain=MIN_GAIN,
         )
         accepted.append(decide(comparison, INCUMBENT_TRACES, CANDIDATE_TRACES, MIN_GAIN)[0])
     return accepted

@@ -46,9 +46,12 @@ def test_the_bound_scales_with_the_training_tasks_and_stops_at_max_calls() -> No
     one, three = estimate(config, 1), estimate(config, 3)
     # section 1 + 6 matrices, paragraph 1 + 3; 9 iterations; 5 dimensions.
     assert one.matrices == {"section": 7, "paragraph": 4} and one.iterations == {"section": 6, "paragraph": 3}
-    assert one.calls_by_kind == {"column": 55, "edit": 27, "compare": 18, "agent": 30}
+    # compare: 9 iterations x 2 orders x 1 sample x up to 3 pairs (the sequential rule, core/sequential.py)
+    assert one.calls_by_kind == {"column": 55, "edit": 27, "compare": 54, "agent": 30}
+    assert estimate(config.model_copy(update={"compare_max_pairs": 1})).calls_by_kind["compare"] == 18
+    assert estimate(config.model_copy(update={"compare_orders": 1})).calls_by_kind["compare"] == 9  # one call, no pairs
     assert one.rollouts == {"input": 3, "candidate": 27} and one.total_rollouts == 30
-    assert three.calls_by_kind == {"column": 165, "edit": 27, "compare": 54, "agent": 90}  # the editor is per iteration
+    assert three.calls_by_kind == {"column": 165, "edit": 27, "compare": 162, "agent": 90}  # the editor is per iteration
     assert estimate(config, 1, answer_attempts=3, sends_per_answer=5).calls_by_kind["column"] == 55 * 15
     capped = estimate(config.model_copy(update={"max_calls": 40}), 3)
     assert (capped.calls, capped.capped) == (40, True)

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from deep_pipeline.core.decision import candidate_label, claim_item
 from deep_pipeline.core.evidence import is_valid
+from deep_pipeline.core.pairs import MoreReason, PairStop
+from deep_pipeline.core.sequential import pair_facts
 from deep_pipeline.core.models import (
     REGRESSION_KINDS,
     CompareCall,
@@ -125,9 +127,11 @@ def _sign(value: float) -> int:
     return (value > 0) - (value < 0)
 
 
-def combine(calls: list[CompareCall], order_seed: int) -> Comparison:
+def combine(calls: list[CompareCall], order_seed: int, stop: PairStop | None = None,
+            more: list[MoreReason] = ()) -> Comparison:
     """One verdict from every call (SPEC §6.5): mean scores, the union of the valid
-    regressions, task-relevant unless every call says not."""
+    regressions, task-relevant unless every call says not; with more than one pair asked,
+    the pairs, their bound and why they stopped (`stop`) and went on (`more`, core/sequential.py)."""
     found: dict[tuple[str, str, int], RegressionClaim] = {}
     for claim in (c for call in calls for c in call.candidate_regressions):
         place = (claim.kind, claim.trace_id, claim.step)
@@ -153,6 +157,7 @@ def combine(calls: list[CompareCall], order_seed: int) -> Comparison:
         order_seed=order_seed,
         calls=calls,
         order_disagreement=order_disagreement(calls),
+        **(pair_facts(calls, stop, list(more)) if stop is not None else {}),
     )
 
 
@@ -164,7 +169,8 @@ def _joined_reasons(calls: list[CompareCall]) -> str:
 def summary_comparison(per_task: dict[str, Comparison]) -> Comparison:
     """A task set's comparison for people (SPEC §11): the mean scores, every task's calls,
     claims and evidence, each reason and regression named by its task. The decision reads
-    the per-task comparisons, never this summary."""
+    the per-task comparisons, never this summary. Of their pairs it keeps the most any task
+    asked and the smallest bound (each task's stop reason is in its own comparison)."""
     if not per_task:
         raise ValueError("a summary needs at least one task's comparison")
     items = list(per_task.items())
@@ -184,4 +190,6 @@ def summary_comparison(per_task: dict[str, Comparison]) -> Comparison:
         order_seed=first.order_seed,
         calls=[call for _, c in items for call in c.calls],
         order_disagreement=any(orders) if orders else None,
+        pairs=max((c.pairs for _, c in items if c.pairs), default=None),
+        gain_bound=min((c.gain_bound for _, c in items if c.gain_bound is not None), default=None),
     )

@@ -97,7 +97,7 @@ OPERATIONAL_SETTINGS: frozenset[str] = frozenset({
 # away from their default. Left in at the default they would change every compile key made before
 # they existed; left out there, a default is part of the code, as the rules themselves are, and a
 # compile that sets one (a task set that tolerates more loss on one task) gets a key of its own.
-IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss", "max_edit_growth"})
+IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss", "max_edit_growth", "compare_max_pairs"})
 # An environment variable's name (never its value: a value in the config would land on disk).
 VARIABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -159,6 +159,9 @@ class CompileConfig(BaseModel):
     # samples repeat each order; a regression counts only with a quote from a trace.
     compare_orders: Literal[1, 2] = 2
     compare_samples: int = Field(default=1, ge=1, le=5)
+    # The sequential comparison (core/sequential.py): with both orders, up to this many pairs
+    # (both orders each) while the verdict is unsure; 1 asks one pair, as before the rule.
+    compare_max_pairs: int = Field(default=3, ge=1, le=5)
     regressions_need_evidence: bool = True
     descent_ceiling: float = Field(default=3.5, ge=1, le=5)
     min_paragraphs: int = Field(default=2, ge=1)
@@ -169,11 +172,15 @@ class CompileConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _unset_new_settings_are_not_written(self, handler):
-        """compile.json keeps no `max_edit_growth: null`: a compile that leaves it unset writes
-        its config as compiles did before the setting existed (and older code still reads it)."""
+        """compile.json keeps no `max_edit_growth: null` and no `compare_max_pairs` at its default:
+        a compile that leaves them unset writes its config as compiles did before the settings
+        existed (and older code still reads it)."""
         data = handler(self)
-        if isinstance(data, dict) and self.max_edit_growth is None:
-            data.pop("max_edit_growth", None)
+        if isinstance(data, dict):
+            if self.max_edit_growth is None:
+                data.pop("max_edit_growth", None)
+            if self.compare_max_pairs == type(self).model_fields["compare_max_pairs"].default:
+                data.pop("compare_max_pairs", None)
         return data
 
     def identity_settings(self) -> dict:

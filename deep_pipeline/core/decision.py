@@ -110,6 +110,9 @@ def decide_tasks(compared: list[TaskComparison], min_gain: float, max_task_loss:
     (its delta below -max_task_loss <= 0 < min_gain already fails the gain), so it is skipped
     and the reason stays `target_cell_did_not_improve`. A rule naming a task names the first
     such task in the set's order; every task's delta and regressions are recorded.
+
+    The gain rule also needs, of every task whose comparison asked more than one pair, a gain
+    bound above 0 (`gain_shown`): an unsure verdict that more pairs did not settle is no gain.
     """
     if not compared:
         raise ValueError("a decision needs at least one task's comparison")
@@ -134,9 +137,15 @@ def decide_tasks(compared: list[TaskComparison], min_gain: float, max_task_loss:
     lost = [task for task, task_delta in deltas.items() if task_delta < -max_task_loss]
     if named and lost:
         return verdict(False, TASK_REGRESSED_PREFIX + lost[0])
-    if delta < min_gain:
+    if delta < min_gain or not all(gain_shown(c.comparison) for c in compared):
         return verdict(False, NO_IMPROVEMENT)
     return verdict(True, ACCEPTED)
+
+
+def gain_shown(comparison: Comparison) -> bool:
+    """The sequential rule's bound (core/sequential.py): with more than one pair, the smallest pair
+    gain must be above 0 (the exact sign test); a comparison of one pair has no bound to meet."""
+    return comparison.pairs is None or (comparison.gain_bound is not None and comparison.gain_bound > 0)
 
 
 def order_seed(iteration_key: str) -> int:

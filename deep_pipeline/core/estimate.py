@@ -17,7 +17,8 @@ Why the counts bound a run (SPEC §7 as `core.policy` applies it):
   with nothing open in it (a refresh before any decision), and no refresh follows the
   decision that spends the level's budget;
 - per matrix: one judge call per dimension and training task; per iteration: at most
-  `edit_attempts` editor calls, `compare_orders` x `compare_samples` judge calls per task,
+  `edit_attempts` editor calls, `compare_orders` x `compare_samples` judge calls per task and
+  pair, times `compare_max_pairs` pairs when the sequential rule applies (core/sequential.py),
   `rollouts` rollouts per task; the input batch: `rollouts` per task (fewer when a
   bundle's traces are the incumbent's);
 - the `chat` runner's rollout is one agent model call, counted with the compile's calls
@@ -36,6 +37,7 @@ from pydantic import Field
 
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import Record
+from deep_pipeline.core.sequential import applies
 
 CallKind = Literal["column", "edit", "compare", "agent"]
 Role = Literal["judge", "editor", "agent"]
@@ -84,6 +86,11 @@ def level_bounds(config: CompileConfig) -> tuple[dict[str, int], dict[str, int]]
     return matrices, {"section": section, "paragraph": paragraph}
 
 
+def most_pairs(config: CompileConfig) -> int:
+    """The most pairs of calls one task's comparison can ask (core/sequential.py)."""
+    return config.compare_max_pairs if applies(config.compare_orders, config.compare_max_pairs) else 1
+
+
 def estimate(config: CompileConfig, training_tasks: int = 1, *, answer_attempts: int = 1,
              sends_per_answer: int = 1) -> Estimate:
     """The most model calls and rollouts a compile of `training_tasks` tasks can make."""
@@ -97,7 +104,7 @@ def estimate(config: CompileConfig, training_tasks: int = 1, *, answer_attempts:
     by_kind = {
         "column": n_matrices * len(config.dimensions) * tasks * per_call,
         "edit": n_iterations * config.edit_attempts * per_call,
-        "compare": n_iterations * config.compare_orders * config.compare_samples * tasks * per_call,
+        "compare": n_iterations * config.compare_orders * config.compare_samples * most_pairs(config) * tasks * per_call,
         # A chat rollout's one call is resent on transient failures, never re-asked for validity.
         "agent": sum(rollouts.values()) * sends_per_answer if config.runner == "chat" else 0,
     }

@@ -91,12 +91,14 @@ def edit_call_key(iteration_key_: str, attempt: int) -> str:
     return f"{iteration_key_}/edit/{attempt}"
 
 
-def compare_call_key(iteration_key_: str, candidate_label: str | None = None, sample: int = 0) -> str:
+def compare_call_key(iteration_key_: str, candidate_label: str | None = None, sample: int = 0, pair: int = 0) -> str:
     """A comparison's call: the single call of the original design keeps its key; each call of
-    several names its order (the candidate's side) and sample."""
+    several names its order (the candidate's side) and sample, and a sequential comparison's
+    later pairs (core/sequential.py) their pair, `p<k>`, so the first pair's keys stay as they were."""
     if candidate_label is None:
         return f"{iteration_key_}/compare"
-    return f"{iteration_key_}/compare/candidate-{candidate_label}/s{sample}"
+    where = f"p{pair}/" if pair else ""
+    return f"{iteration_key_}/compare/{where}candidate-{candidate_label}/s{sample}"
 
 
 def rollout_call_key(batch: str, index: int) -> str:

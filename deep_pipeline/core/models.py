@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from deep_pipeline.core.pairs import PAIR_FACTS, PairFacts, PairIndex, omit_when_none  # noqa: F401 (re-exported)
+
 Level = Literal["section", "paragraph"]
 StepSource = Literal["user", "agent", "tool", "system"]
 ErrorCategory = Literal["timeout", "idle_timeout", "api_error", "agent_error", "sandbox_setup"]
@@ -52,16 +54,6 @@ class Record(BaseModel):
     """Base of every record: unknown fields are an error, not silently dropped."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-def omit_when_none(data, record: BaseModel, names: tuple[str, ...]):
-    """A dumped record without the fields in `names` that are None: fields a task set (SPEC §11)
-    adds, so a compile of one task writes its records exactly as before."""
-    if isinstance(data, dict):
-        for name in names:
-            if getattr(record, name) is None:
-                data.pop(name, None)
-    return data
 
 
 class Unit(Record):
@@ -249,8 +241,9 @@ class RegressionClaim(Record):
         return data
 
 
-class CompareCall(Record):
-    """One judge call of a comparison, mapped back from its blind order."""
+class CompareCall(PairIndex, Record):
+    """One judge call of a comparison, mapped back from its blind order; `pair` (core/pairs.py)
+    says which pair of a sequential comparison asked it."""
 
     candidate_label: Literal["A", "B"]  # the order: which side the judge saw the candidate as
     sample: int = 0
@@ -271,8 +264,9 @@ class CompareCall(Record):
         return self.candidate_score - self.incumbent_score
 
 
-class Comparison(Record):
-    """The judge's verdict on one cell over all its calls (SPEC §6.5), mapped back from A/B."""
+class Comparison(PairFacts, Record):
+    """The judge's verdict on one cell over all its calls (SPEC §6.5), mapped back from A/B; with
+    more than one pair, the pairs asked, their bound and why they stopped (core/pairs.py)."""
 
     incumbent_score: Score  # the mean over `calls`
     candidate_score: Score
@@ -310,7 +304,7 @@ class TaskDecision(Record):
     unverified_regressions: list[str] = Field(default_factory=list)  # the items kept at face value
 
 
-class CallScores(Record):
+class CallScores(PairIndex, Record):
     """One comparison call's scores, as a decision records them."""
 
     candidate_label: Literal["A", "B"]
@@ -330,8 +324,9 @@ class Rejection(Record):
     text_sha256: str | None = None
 
 
-class Decision(Record):
-    """One iteration's outcome. Recording it is the commit (SPEC §6.7)."""
+class Decision(PairFacts, Record):
+    """One iteration's outcome. Recording it is the commit (SPEC §6.7). Its comparison's pair facts
+    (core/pairs.py) when it asked more than one pair."""
 
     level: Level
     index: int  # iteration number within the level (0-based)
@@ -370,7 +365,8 @@ class Decision(Record):
         return omit_when_none(handler(self), self, OPTIONAL_DECISION_FIELDS)
 
 
-OPTIONAL_DECISION_FIELDS = ("task_deltas", "task_regressions", "growth_chars", "growth_lines", "unverified_regressions")
+OPTIONAL_DECISION_FIELDS = ("task_deltas", "task_regressions", "growth_chars", "growth_lines", "unverified_regressions",
+                            *PAIR_FACTS)
 
 
 class LevelSummary(Record):

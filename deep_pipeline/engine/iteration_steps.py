@@ -267,7 +267,7 @@ def _compare_task(it: Iteration, edit: EditRecord, task, incumbent: list, candid
         dimension=it.ctx.dimension(edit.coordinate.dimension),
         incumbent_traces=incumbent, candidate_traces=candidate, order_seed=order_seed(it.key),
         orders=cfg.compare_orders, samples=cfg.compare_samples, need_evidence=cfg.regressions_need_evidence,
-        parallel=cfg.parallel,
+        parallel=cfg.parallel, max_pairs=cfg.compare_max_pairs, min_gain=cfg.min_gain,
     )
 
 
@@ -317,8 +317,11 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
             incumbent_score=result.incumbent_score, candidate_score=result.candidate_score,
             candidate_label=result.candidate_label, order_seed=result.order_seed,
             order_disagreement=result.order_disagreement,
-            call_scores=[CallScores(candidate_label=c.candidate_label, sample=c.sample, incumbent_score=c.incumbent_score,
-                                    candidate_score=c.candidate_score) for c in result.calls],
+            call_scores=[CallScores(candidate_label=c.candidate_label, pair=c.pair, sample=c.sample,
+                                    incumbent_score=c.incumbent_score, candidate_score=c.candidate_score)
+                         for c in result.calls],
+            pairs=result.pairs, gain_bound=result.gain_bound, stop_reason=result.stop_reason,
+            pair_reasons=result.pair_reasons,
             task_deltas=verdict.task_deltas if several else None,
             task_regressions=verdict.task_regressions if several else None,
             unverified_regressions=verdict.unverified_regressions or None,

@@ -4,13 +4,16 @@ Each call shows the judge the two versions as A and B (the candidate is that cal
 `candidate_label`), each with its own traces under neutral labels (A1, A2, … / B1, …),
 so neither the order nor the trace ids tell which version is new. Every answer is
 mapped back to incumbent and candidate, and its labels to trace ids, before it leaves
-this module; core/comparison.py turns the calls into one verdict.
+this module; core/comparison.py turns the calls into one verdict. With both orders and
+`compare_max_pairs` > 1, pairs of calls are asked while core/sequential.py says the verdict is
+unsure, each later pair showing the traces re-presented (another order, fresh labels).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from deep_pipeline.core import sequential
 from deep_pipeline.core.comparison import call_orders, check_claims, combine, other, unblind
 from deep_pipeline.core.config import Dimension
 from deep_pipeline.core.keys import compare_call_key
@@ -23,9 +26,9 @@ from deep_pipeline.llm.render import fence_data, render_traces
 from deep_pipeline.llm.schemas import compare_answer_model
 
 
-def blind_labels(traces: list[Trace], side: str) -> dict[str, str]:
-    """Trace id -> neutral label shown to the judge."""
-    return {trace.trace_id: f"{side}{index}" for index, trace in enumerate(traces, start=1)}
+def blind_labels(traces: list[Trace], side: str, first: int = 1) -> dict[str, str]:
+    """Trace id -> neutral label shown to the judge, numbered from `first` in the order shown."""
+    return {trace.trace_id: f"{side}{index}" for index, trace in enumerate(traces, start=first)}
 
 
 def compare_cell(
@@ -37,6 +40,8 @@ def compare_cell(
     samples: int = 1,
     need_evidence: bool = True,
     parallel: int = 1,
+    max_pairs: int = 1,
+    min_gain: float = 0.5,
     **cell,
 ) -> tuple[Comparison, list[CallRecord]]:
     """Every call `orders` x `samples` asks, up to `parallel` in flight together, then their verdict.
@@ -48,22 +53,38 @@ def compare_cell(
     independent, so they are sent together; the verdict and the records keep the plan's
     order whatever order the answers came in. The client's budget reserves each call before
     it is sent, so calls in flight together never overshoot it (llm/budget.py).
+
+    When core/sequential.py's rule applies (both orders, `max_pairs` > 1), that plan is one
+    pair: after each, the rule stops or asks pair k, whose calls have keys of their own
+    (`.../compare/p<k>/...`) and show the traces re-presented. A resume finds every answered
+    pair in the cache, so the same pairs are asked again and none is sent twice.
     """
     plan = call_orders(orders, samples, order_seed)
     single = len(plan) == 1
 
-    def ask(client_: ModelClient, label: Literal["A", "B"], sample: int) -> tuple[CompareCall, list[CallRecord]]:
-        key = compare_call_key(iteration_key) if single else compare_call_key(iteration_key, label, sample)
-        return compare_once(client_, step_key=key, candidate_label=label, sample=sample,
-                            need_evidence=need_evidence, **cell)
+    def asker(pair: int):
+        def ask(client_: ModelClient, label: Literal["A", "B"], sample: int) -> tuple[CompareCall, list[CallRecord]]:
+            key = compare_call_key(iteration_key) if single else compare_call_key(iteration_key, label, sample, pair)
+            return compare_once(client_, step_key=key, candidate_label=label, sample=sample, pair=pair,
+                                order_seed=order_seed, need_evidence=need_evidence, **cell)
+        return ask
 
-    if single or parallel <= 1:
-        answers = [ask(client, label, sample) for label, sample in plan]
-    else:
-        answers = _ask_together(client, plan, parallel, ask)
+    def ask_pair(pair: int) -> list:
+        if single or parallel <= 1:
+            return [asker(pair)(client, label, sample) for label, sample in plan]
+        return _ask_together(client, plan, parallel, asker(pair))
+
+    answers = ask_pair(0)
+    stop, more = None, []
+    if sequential.applies(orders, max_pairs):
+        while (step := sequential.next_pair([call for call, _ in answers], min_gain=min_gain,
+                                            max_pairs=max_pairs)).stop is None:
+            more.append(step.more)
+            answers += ask_pair(len(more))
+        stop = step.stop
     made = [call for call, _ in answers]
     records = [record for _, calls in answers for record in calls]
-    return combine(made, order_seed), records
+    return combine(made, order_seed, stop, more), records
 
 
 def _ask_together(client: ModelClient, plan: list, parallel: int, ask) -> list:
@@ -112,11 +133,20 @@ def compare_messages(
     incumbent_traces: list[Trace],
     candidate_traces: list[Trace],
     candidate_label: Literal["A", "B"],
+    pair: int = 0,
+    order_seed: int = 0,
 ) -> tuple[list[dict], dict[str, dict[str, str]]]:
-    """One comparison call's messages, and each side's trace id -> blind label."""
+    """One comparison call's messages, and each side's trace id -> blind label.
+
+    A later pair of a sequential comparison (`pair` > 0) shows each version's traces in its
+    own seeded order under fresh labels (core/sequential.py); the unit texts stay as they are.
+    """
     _, render = profile(client)
-    sides = {candidate_label: (new_text, candidate_traces), other(candidate_label): (old_text, incumbent_traces)}
-    labels = {side: blind_labels(traces, side) for side, (_, traces) in sides.items()}
+    shown = {version: [traces[i] for i in sequential.presentation(len(traces), order_seed, pair, version)]
+             for version, traces in (("candidate", candidate_traces), ("incumbent", incumbent_traces))}
+    sides = {candidate_label: (new_text, shown["candidate"]), other(candidate_label): (old_text, shown["incumbent"])}
+    labels = {side: blind_labels(traces, side, sequential.first_label(len(traces), pair))
+              for side, (_, traces) in sides.items()}
     user = fill(
         "compare_user",
         task=task_prompt,
@@ -146,12 +176,15 @@ def compare_once(
     candidate_label: Literal["A", "B"],
     sample: int = 0,
     need_evidence: bool = True,
+    pair: int = 0,
+    order_seed: int = 0,
 ) -> tuple[CompareCall, list[CallRecord]]:
     limits, _ = profile(client)
     incumbent_label = other(candidate_label)
     messages, labels = compare_messages(
         client, task_prompt=task_prompt, unit=unit, old_text=old_text, new_text=new_text, dimension=dimension,
-        incumbent_traces=incumbent_traces, candidate_traces=candidate_traces, candidate_label=candidate_label)
+        incumbent_traces=incumbent_traces, candidate_traces=candidate_traces, candidate_label=candidate_label,
+        pair=pair, order_seed=order_seed)
     answer, calls = client.structured(step_key, messages, compare_answer_model(limits))
 
     back = {label: trace_id for side in labels.values() for trace_id, label in side.items()}
@@ -164,6 +197,7 @@ def compare_once(
     inc_claims, dropped_ri = check_claims(getattr(answer, f"regressions_{old}"), incumbent_traces, back, need_evidence)
     call = CompareCall(
         candidate_label=candidate_label,
+        pair=pair,
         sample=sample,
         incumbent_score=getattr(answer, f"score_{old}"),
         candidate_score=getattr(answer, f"score_{new}"),

@@ -146,8 +146,11 @@ def _decision_row(view: IterationView) -> str:
     delta = f"{d.delta:+.2f}" if d.delta is not None else "–"
     if d.task_deltas:  # a task set: the mean, then every task's own (SPEC §11)
         delta += " (" + ", ".join(f"{task} {value:+g}" for task, value in d.task_deltas.items()) + ")"
-    calls = "; ".join(f"{c.candidate_label}{'#' + str(c.sample) if c.sample else ''}: "
+    calls = "; ".join(f"{'p' + str(c.pair) + ' ' if c.pair else ''}{c.candidate_label}"
+                      f"{'#' + str(c.sample) if c.sample else ''}: "
                       f"{c.incumbent_score} → {c.candidate_score}" for c in d.call_scores) or "–"
+    if d.pairs is not None:  # a sequential comparison (core/sequential.py): its pairs, bound and stop
+        calls += f" ({d.pairs} pairs, gain bound {d.gain_bound:+g}, stopped: {d.stop_reason})"
     disagree = "–" if d.order_disagreement is None else ("yes" if d.order_disagreement else "no")
     number = (f'<a href="#evidence-{view.number}">{view.number}</a>' if view.comparison else str(view.number))
     reason = d.reason + (f" (unverified, face value: {'; '.join(d.unverified_regressions)})"

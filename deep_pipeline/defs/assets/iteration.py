@@ -118,6 +118,17 @@ def _skill_use(it: steps.Iteration, record: RolloutsRecord | None) -> dict:
     return skill_use_meta(record.skill_use, cfg.runner, cfg.agent_output_format)
 
 
+def _pairs(record) -> dict:
+    """A sequential comparison's pairs, bound and stop reason (core/sequential.py); nothing for one pair."""
+    if record.pairs is None:
+        return {}
+    return {"pairs": dg.MetadataValue.int(record.pairs),
+            "gain_bound": dg.MetadataValue.float(float(record.gain_bound)) if record.gain_bound is not None
+            else dg.MetadataValue.text("-"),
+            "stop_reason": dg.MetadataValue.text(record.stop_reason or "-"),
+            "pair_reasons": dg.MetadataValue.json(record.pair_reasons or [])}
+
+
 def _disagreement(value: bool | None) -> dg.MetadataValue:
     return dg.MetadataValue.text("-" if value is None else ("yes: the orders disagree on which side is better" if value else "no"))
 
@@ -141,6 +152,7 @@ def comparison(context: dg.AssetExecutionContext, store: CompileStoreResource) -
             "rule_regressions": dg.MetadataValue.json(record.rule_regressions),
             "ab_order": dg.MetadataValue.text(f"candidate shown as {c.candidate_label} (seed {c.order_seed})"),
             "order_disagreement": _disagreement(c.order_disagreement),
+            **_pairs(c),
             "calls": dg.MetadataValue.md(calls_table(c.calls)),
             "reason": dg.MetadataValue.text(c.reason),
             "candidate_evidence": dg.MetadataValue.json([e.model_dump() for e in c.candidate_evidence]),
@@ -206,6 +218,7 @@ def decision(context: dg.AssetExecutionContext, store: CompileStoreResource) -> 
         "delta": dg.MetadataValue.float(float(d.delta)) if d.delta is not None else dg.MetadataValue.text("-"),
         "ab_order": dg.MetadataValue.text(f"candidate shown as {d.candidate_label}" if d.candidate_label else "-"),
         "order_disagreement": _disagreement(d.order_disagreement),
+        **_pairs(d),
         "call_scores": dg.MetadataValue.json([c.model_dump() for c in d.call_scores]),
         "edit_summary": dg.MetadataValue.text(d.edit_summary or "-"),
         **growth_meta(d),
