@@ -11,10 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deep_pipeline.core.config import CompileConfig
 
-# bench_compile.py's own test for the sequential gate (has_sequential), read before it is loaded.
-SEQUENTIAL = "compare_max_pairs" in CompileConfig.model_fields
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks" / "bench_compile.py"
 
@@ -50,7 +47,7 @@ def test_the_table_has_every_gate_with_gain_kept_shares_and_calls(bench, noisy):
     rows, out = noisy
     assert ("| gate | sigma | b | true gain ± se | % of oracle | good kept % | neutral kept % | harmful kept % "
             "| judge calls / comparison |") in out
-    expected = ["original", "default"] + (["sequential"] if bench.has_sequential() else []) + ["panel3", "oracle"]
+    expected = ["original", "two-orders", "default", "panel3", "oracle"]
     assert [row.gate for row in rows] == expected
     for row in rows:
         assert f"| {row.gate} | 1 | 0.5 |" in out
@@ -78,7 +75,8 @@ def test_the_gain_read_off_s_final_is_the_kept_edits_true_effects(noisy):
 def test_calls_per_comparison_are_counted_by_the_scripted_provider(noisy):
     gates = by_gate(noisy[0])
     assert gates["original"].calls_per_comparison == 1
-    assert gates["default"].calls_per_comparison == 2
+    assert gates["two-orders"].calls_per_comparison == 2
+    assert 2 <= gates["default"].calls_per_comparison <= 6  # the sequential rule: 1 to 3 pairs
     assert gates["panel3"].calls_per_comparison == 6
 
 
@@ -128,19 +126,12 @@ def test_jobs_split_the_seeds_without_changing_the_figures(bench):
     assert one == two
 
 
-@pytest.mark.skipif(not SEQUENTIAL, reason="CompileConfig has no compare_max_pairs on this branch: the sequential "
-                                           "gate's row appears once the sequential comparison is merged")
-def test_the_sequential_gate_runs_through_the_engine_path(bench):
-    row = by_gate(bench.run(3, [(1.0, 0.5)], ["sequential"], jobs=1))["sequential"]
-    assert 2 <= row.calls_per_comparison <= 6  # at least both orders, at most compare_max_pairs (3) pairs
-    assert sum(row.edits.values()) > 0
-
-
-@pytest.mark.skipif(SEQUENTIAL, reason="the sequential comparison exists: its row is tested above")
-def test_without_the_sequential_setting_its_row_is_skipped_and_said_so(bench, capsys):
-    rows = bench.main(["--seeds", "1", "--setting", "0,0", "--gate", "sequential,oracle"])
-    assert [row.gate for row in rows] == ["oracle"]
-    assert "sequential: skipped, CompileConfig has no `compare_max_pairs` setting" in capsys.readouterr().out
+def test_the_sequential_default_asks_more_pairs_only_where_the_verdict_is_unsure(bench):
+    rows = by_gate(bench.run(3, [(1.0, 0.5)], ["two-orders", "default"], jobs=1))
+    # at least both orders, at most compare_max_pairs (3) pairs; with noise some verdict is unsure
+    assert 2 < rows["default"].calls_per_comparison <= 6
+    assert rows["two-orders"].calls_per_comparison == 2
+    assert sum(rows["default"].edits.values()) > 0
 
 
 def test_bad_arguments_are_refused(bench, capsys):
