@@ -1,4 +1,4 @@
-"""The sequential comparison (core/sequential.py, issue 24 items 1-2): a split verdict asks
+"""The sequential comparison (core/sequential.py, SPEC §6.5–6.6 as revised): a split verdict asks
 another pair and is decided on the sign test's bound, extra pairs are re-presented so a
 deterministic judge can answer otherwise, a resume repeats no call, clear verdicts stop after
 one pair, and one-pair configs write their records and keys as before. The real comparator,

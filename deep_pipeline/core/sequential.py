@@ -1,4 +1,4 @@
-"""The sequential comparison (SPEC §6.5–6.6 as revised in the README, issue 24): when to ask
+"""The sequential comparison (SPEC §6.5–6.6 as revised in the README): when to ask
 another pair of judge calls, how an extra pair is re-presented, and the bound the decision reads.
 
 llm/comparator.py asks the calls, core/decision.py decides; the rule itself is here, once:
