@@ -92,7 +92,8 @@ def test_bad_settings_fail_before_anything_is_registered(tmp_path, home, scripte
 
 @pytest.mark.parametrize("flags, needle", [(["--compare-orders", "3"], "compare_orders"),
                                            (["--compare-samples", "9"], "compare_samples"),
-                                           (["--compare-max-pairs", "0"], "compare_max_pairs")])
+                                           (["--compare-max-pairs", "0"], "compare_max_pairs"),
+                                           (["--max-edit-growth", "1"], "max_edit_growth")])
 def test_bad_comparison_flags_fail_before_anything_is_registered(tmp_path, home, capsys, flags, needle):
     skill, bundle = make_inputs(tmp_path)
     assert main(["compile", str(skill), "--task", str(bundle), *flags]) == 2
@@ -105,13 +106,14 @@ def test_the_comparison_flags_reach_the_compiles_config(tmp_path, home, scripted
     install_world(scripted_llm, World(low={("s02-steps", "clarity"): 2}))
     skill, bundle = make_inputs(tmp_path)
     argv = ["compile", str(skill), "--task", str(bundle), "--config", str(write_config(tmp_path, section_iterations=1)),
-            "--compare-orders", "1", "--compare-samples", "2", "--compare-max-pairs", "2", "--face-value-regressions",
-            "--quiet"]
+            "--compare-orders", "1", "--compare-samples", "2", "--compare-max-pairs", "2", "--max-edit-growth", "4",
+            "--face-value-regressions", "--quiet"]
     assert main(argv) == 0
     [folder] = (home / "compiles").iterdir()
     config = json.loads((folder / "compile.json").read_text())["config"]
     assert (config["compare_orders"], config["compare_samples"], config["regressions_need_evidence"]) == (1, 2, False)
     assert config["compare_max_pairs"] == 2  # set away from its default: written, and in the identity
+    assert config["max_edit_growth"] == 4
 
 
 def test_resume_unknown_compile_is_a_clear_error(home, capsys):

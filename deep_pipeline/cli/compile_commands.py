@@ -35,11 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare-max-pairs", type=int, metavar="N", help="with both orders, pairs of calls asked at most "
                    "while the verdict is unsure, 1-5 (default 3); with more than one, an edit is accepted only when "
                    "every pair's gain is above 0 (the sign test); 1 asks one pair")
+    p.add_argument("--max-edit-growth", type=float, metavar="FACTOR", help="reject an edit whose unit's new text is "
+                   "longer than FACTOR x its old text, before any rollout (edit_too_large); default: no limit")
     p.add_argument("--face-value-regressions", dest="regressions_need_evidence", action="store_const", const=False,
                    help="count the judge's runtime regressions without a quote from a trace (the original design; "
                    "default: a regression needs valid evidence)")
     p.add_argument("--config", type=Path, metavar="FILE", help="compile settings in YAML, or TOML if FILE ends in .toml "
-                   "(models, runner, rollouts, iterations, budget, compare_orders, compare_samples, compare_max_pairs, "
+                   "(models, runner, rollouts, iterations, budget, compare_orders, compare_samples, compare_max_pairs, max_edit_growth, "
                    "regressions_need_evidence, *_api_key_env ...; see the README's table)")
     p.add_argument("--quiet", action="store_true", help="print only where S_final and the report are")
     p.add_argument("--json", action="store_true", help=JSON_HELP + "; with --estimate, the estimate's record")
@@ -151,7 +153,7 @@ def _overrides(args: argparse.Namespace) -> dict:
 
     overrides = read_config_file(args.config) if args.config else {}
     for flag in (*MODEL_FLAGS, "runner", "agent_command", "compare_orders", "compare_samples", "compare_max_pairs",
-                 "regressions_need_evidence"):
+                 "max_edit_growth", "regressions_need_evidence"):
         if getattr(args, flag) is not None:
             overrides[flag] = getattr(args, flag)
     return overrides
