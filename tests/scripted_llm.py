@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from deep_pipeline.llm.client import load_litellm
+from deep_pipeline.llm.transport import load_litellm
 
 litellm = load_litellm()
 from litellm import CustomLLM  # noqa: E402  (litellm must be loaded with its env first)

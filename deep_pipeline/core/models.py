@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from deep_pipeline.core.pairs import PAIR_FACTS, PairFacts, PairIndex, omit_when_none  # noqa: F401 (re-exported)
+from deep_pipeline.core.pairs import PAIR_FACTS, PairFacts, PairIndex, omit_when_none
 
 Level = Literal["section", "paragraph"]
 StepSource = Literal["user", "agent", "tool", "system"]

@@ -38,7 +38,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from deep_pipeline.core.config import DURATION_MAX_S
-from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace, omit_when_none
+from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace
+from deep_pipeline.core.pairs import omit_when_none
 from deep_pipeline.core.stats import Interval, newcombe_difference, wilson
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.records import CompileRecord, Report

@@ -38,10 +38,9 @@ from deep_pipeline.llm.accounting import CallRecord
 from deep_pipeline.llm.access import PLACEHOLDER_KEY, access_line, key_for
 from deep_pipeline.llm.model_worker import default_transport
 from deep_pipeline.llm.transport import SendRequest, SendResult, Transport
-from deep_pipeline.llm.transport import load_litellm  # noqa: F401 - its old home, still imported from here
 from deep_pipeline.llm.cache import ResponseCache, cache_key
 from deep_pipeline.llm.schemas import describe_errors, response_format
-from deep_pipeline.llm.timeouts import HOSTED_TIMEOUT_S, Deadline, default_timeout_s  # noqa: F401 - re-exported
+from deep_pipeline.llm.timeouts import HOSTED_TIMEOUT_S, Deadline
 
 if TYPE_CHECKING:
     from deep_pipeline.llm.budget import Budget

@@ -30,8 +30,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from deep_pipeline.rollouts import guard
-from deep_pipeline.rollouts.guard import has_marker, kill_all, rollout_processes, start_time
-from deep_pipeline.rollouts.sandbox import ROLLOUT_MARKER, SandboxLimits
+from deep_pipeline.rollouts.guard import ROLLOUT_MARKER, has_marker, kill_all, rollout_processes, start_time
+from deep_pipeline.rollouts.sandbox import SandboxLimits
 from deep_pipeline.store import atomic_write_json
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deep_pipeline.rollouts.guard import (
-    ROLLOUT_MARKER,  # noqa: F401  (re-exported: its old home)
-    start_time,
-)
+from deep_pipeline.rollouts.guard import start_time
 from deep_pipeline.secrets import PROVIDER_VARIABLES
 
 STREAM_CAP_BYTES = 2 * 1024 * 1024
