@@ -5,30 +5,14 @@ the figures."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "benchmarks" / "bench_compile.py"
+from tests.bench_loader import by_gate, load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_compile", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    yield module
-    module._release()
-    sys.modules.pop(spec.name, None)
-
-
-def by_gate(rows) -> dict:
-    return {row.gate: row for row in rows}
+    yield from load_bench("bench_compile")
 
 
 @pytest.fixture(scope="module")

@@ -4,27 +4,14 @@ decides the one-order gate only."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_gate.py"
+from tests.bench_loader import by_gate, load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_gate", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
-
-
-def by_gate(rows) -> dict:
-    return {row.gate: row for row in rows}
+    yield from load_bench("bench_gate")
 
 
 def test_the_table_has_the_four_gates_with_rates_and_calls(bench, capsys):

@@ -4,23 +4,14 @@ and a noiseless judge rejects an edit that hurts a training task."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_tasks.py"
+from tests.bench_loader import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_tasks", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield from load_bench("bench_tasks")
 
 
 def test_the_table_has_both_compiles_and_the_task_set_asks_t_times_the_calls(bench, capsys):
