@@ -17,6 +17,7 @@ from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.records import CandidateRecord, ComparisonRecord, EditRecord, Report, RolloutsRecord
 from deep_pipeline.engine.settings import effective_config, load_deployment
+from deep_pipeline.engine.status import compile_status, format_status
 from deep_pipeline.engine.steps import run_steps, run_step
 from deep_pipeline.report import gather, render
 from deep_pipeline.store import read_model
@@ -155,6 +156,20 @@ def test_growth_reaches_decision_json_report_json_and_the_html_report(tmp_path, 
     assert fact == (f"S_fast {size.fast_chars} chars, {size.fast_lines} lines → S_final {size.final_chars} chars, "
                     f"{size.final_lines} lines ({sign(size.growth_chars)} chars, {sign(size.growth_lines)} lines)")
     assert MARK in final
+
+
+def test_status_shows_each_accepted_edits_growth_and_the_size_against_s_fast(tmp_path, scripted_llm):
+    ctx, report = compile_with(tmp_path, scripted_llm, World(low=LOW))
+    status = compile_status(ctx)
+    accepted = [d for d in report.decisions if d.accepted]
+    assert accepted and [r.growth_chars for r in status.decisions] == [d.growth_chars for d in report.decisions]
+    final = (ctx.cdir.final_skill / "SKILL.md").read_text()
+    assert (status.skill_size.fast_chars, status.skill_size.final_chars) == (len(SKILL), len(final))
+    text = format_status(status)
+    first = accepted[0]
+    assert f"growth: {sign(first.growth_chars)} chars, {sign(first.growth_lines)} lines" in text
+    assert (f"SKILL.md: S_fast {len(SKILL)} chars, {line_count(SKILL)} lines -> now {len(final)} chars, "
+            f"{line_count(final)} lines ({sign(len(final) - len(SKILL))} chars,") in text
 
 
 def test_an_older_report_without_sizes_still_renders_them_from_the_texts(tmp_path, scripted_llm):

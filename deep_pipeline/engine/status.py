@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel, Field
 
+from deep_pipeline.core.growth import SkillSize, signed, skill_size
 from deep_pipeline.core.models import Decision, LevelSummary
 from deep_pipeline.core.actions import Done, action_label
 from deep_pipeline.core.keys import batch_name, iteration_key, iteration_label, matrix_key, parse_key, rollout_batch
@@ -32,6 +33,8 @@ class DecisionRow(BaseModel):
     candidate_score: float | None = None
     delta: float | None = None
     task_deltas: dict[str, float] | None = None  # a task set's (SPEC §11)
+    growth_chars: int | None = None  # the edit's growth of SKILL.md (core/growth.py)
+    growth_lines: int | None = None
 
 
 class CompileStatus(BaseModel):
@@ -46,6 +49,7 @@ class CompileStatus(BaseModel):
     levels: list[LevelSummary]
     decisions: list[DecisionRow] = Field(default_factory=list)
     usage: Usage
+    skill_size: SkillSize  # SKILL.md now (S_final once finalized) against S_fast's
     records: dict[str, str]  # what -> path
 
 
@@ -57,7 +61,7 @@ def compile_status(ctx: CompileHandle) -> CompileStatus:
         DecisionRow(
             number=n, iteration=iteration_label(d.level, d.index), coordinate=str(d.coordinate), accepted=d.accepted,
             reason=d.reason, incumbent_score=d.incumbent_score, candidate_score=d.candidate_score, delta=d.delta,
-            task_deltas=d.task_deltas,
+            task_deltas=d.task_deltas, growth_chars=d.growth_chars, growth_lines=d.growth_lines,
         )
         for n, d in enumerate(state.decisions, start=1)
     ]
@@ -77,7 +81,8 @@ def compile_status(ctx: CompileHandle) -> CompileStatus:
         held_out_tasks=[e.task for e in ctx.record.task_entries if e.split == "held_out"],
         state=compile_state(finalized, failure, state.budget_exhausted), failure=failure,
         next_step=None if finalized else action_label(action),
-        levels=state.level_summaries(), decisions=rows, usage=cdir.usage(), records=records,
+        levels=state.level_summaries(), decisions=rows, usage=cdir.usage(),
+        skill_size=skill_size(cdir.skill_text(), state.current_skill_text), records=records,
     )
 
 
@@ -120,11 +125,16 @@ def format_status(status: CompileStatus) -> str:
                       if row.incumbent_score is not None and row.candidate_score is not None else "-")
             outcome = "accepted" if row.accepted else "rejected"
             lines.append(f"{row.number:>3}  {row.iteration:<14} {row.coordinate:<32} {outcome:<8} {scores:<11} {row.reason}")
+            if row.accepted and row.growth_chars is not None and row.growth_lines is not None:
+                lines.append(f"{'':>5}growth: {signed(row.growth_chars)} chars, {signed(row.growth_lines)} lines")
             if row.task_deltas:
                 lines.append(f"{'':>5}per task: " + ", ".join(f"{t} {v:+g}" for t, v in row.task_deltas.items()))
+    size = status.skill_size
+    lines += ["", f"SKILL.md: S_fast {size.fast_chars} chars, {size.fast_lines} lines -> now {size.final_chars} chars, "
+                  f"{size.final_lines} lines ({signed(size.growth_chars)} chars, {signed(size.growth_lines)} lines)"]
     usage = status.usage
     cost = cost_text(usage.cost_usd)
-    lines += ["", f"model calls: {usage.calls}, {usage.prompt_tokens + usage.completion_tokens} tokens, {cost}"]
+    lines += [f"model calls: {usage.calls}, {usage.prompt_tokens + usage.completion_tokens} tokens, {cost}"]
     lines += [f"{what + ':':<12} {path}" for what, path in status.records.items()]
     return "\n".join(lines)
 
