@@ -38,9 +38,11 @@ demo: setup
 # PYTEST_WORKERS=0 runs everything in one process, one test after the other.
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
+# The slowest tests are listed at the end of every run: where the suite's time goes.
+PYTEST_DURATIONS := --durations=25
 
 test: setup
-	$(BIN)/pytest -q $(PYTEST_PARALLEL)
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_DURATIONS)
 
 test-fast: setup
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not slow"
