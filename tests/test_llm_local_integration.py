@@ -68,7 +68,6 @@ def local(role, home, tmp_path, max_tokens=400):
 
 
 def test_column_edit_and_comparison_from_the_local_model(home, tmp_path):
-    started = time.monotonic()
     units = cut_sections(SKILL)
     column = score_column(
         local("judge", home, tmp_path), step_key="it/m00/correctness", task_prompt=TASK, skill_text=SKILL,
@@ -89,7 +88,6 @@ def test_column_edit_and_comparison_from_the_local_model(home, tmp_path):
         incumbent_traces=TRACES, candidate_traces=TRACES, order_seed=3, orders=1,
     )
     assert 1 <= comparison.incumbent_score <= 5 and 1 <= comparison.candidate_score <= 5
-    assert time.monotonic() - started < 120
 
     records = read_calls(tmp_path / "calls.jsonl")
     assert {r.role for r in records} == {"judge", "editor"}
