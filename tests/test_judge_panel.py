@@ -206,3 +206,23 @@ def test_a_compile_with_a_panel_stays_in_its_bound_and_shows_each_models_verdict
     assert "| scripted/judge-a | 2 | +2 |" in meta["panel_verdicts"].value
     html = (folder / "report.html").read_text()
     assert "panel: scripted/judge-a +2 over 2 calls" in html
+
+
+def test_the_stop_rule_with_a_panel_waits_only_on_an_accepting_or_irrelevant_verdict():
+    from deep_pipeline.core.models import CompareCall, RegressionClaim
+    from deep_pipeline.core.sequential import next_pair
+    from deep_pipeline.defs.pages import panel_meta
+    from deep_pipeline.core.comparison import combine
+
+    def pair(as_a, as_b, relevant=True, claim=False):
+        return [CompareCall(candidate_label=label, incumbent_score=3, candidate_score=3 + delta, task_relevant=relevant,
+                            candidate_regressions=[RegressionClaim(kind="error")] if claim else [])
+                for label, delta in (("A", as_a), ("B", as_b))]
+
+    rule = dict(min_gain=0.5, max_pairs=3, panel=3)
+    assert next_pair(pair(1, 1), **rule) == (None, "panel_unheard")  # a clear accept waits
+    assert next_pair(pair(1, 1, relevant=False), **rule) == (None, "panel_unheard")
+    assert next_pair(pair(1, 1, claim=True), **rule).stop == "regression"  # decided rejections do not
+    assert next_pair(pair(1, -1), **rule).stop == "gain_not_positive"
+    assert next_pair(pair(1, 1), **{**rule, "panel": 1}).stop == "orders_agree"  # one model: the rule as before
+    assert panel_meta(combine(pair(1, 1), SEED)) == {}  # no panel: the decision page as before

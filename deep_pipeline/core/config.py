@@ -195,8 +195,10 @@ class CompileConfig(BaseModel):
         if models is None:
             return None
         from deep_pipeline.core.panel import panel_problem
+        from deep_pipeline.core.sequential import most_pairs
 
-        problem = panel_problem(models, info.data.get("compare_orders", 2), info.data.get("compare_max_pairs", 3))
+        orders, max_pairs = info.data.get("compare_orders", 2), info.data.get("compare_max_pairs", 3)
+        problem = panel_problem(models, orders, max_pairs, most_pairs(orders, max_pairs))
         if problem:
             raise ValueError(problem)
         return models

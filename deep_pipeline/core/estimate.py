@@ -40,7 +40,7 @@ from pydantic import Field
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import Record
 from deep_pipeline.core.panel import model_of_pair
-from deep_pipeline.core.sequential import applies
+from deep_pipeline.core import sequential
 
 CallKind = Literal["column", "edit", "compare", "agent"]
 Role = Literal["judge", "editor", "agent"]
@@ -93,7 +93,7 @@ def level_bounds(config: CompileConfig) -> tuple[dict[str, int], dict[str, int]]
 
 def most_pairs(config: CompileConfig) -> int:
     """The most pairs of calls one task's comparison can ask (core/sequential.py)."""
-    return config.compare_max_pairs if applies(config.compare_orders, config.compare_max_pairs) else 1
+    return sequential.most_pairs(config.compare_orders, config.compare_max_pairs)
 
 
 def panel_calls(config: CompileConfig, compare_calls: int) -> dict[str, int] | None:

@@ -32,15 +32,9 @@ from deep_pipeline.core.pairs import PairIndex
 PANEL_UNHEARD = "panel_unheard"  # the reason another pair was asked: a panel model not yet heard
 
 
-def most_pairs(orders: int, max_pairs: int) -> int:
-    """The most pairs one comparison asks: `max_pairs` under the sequential rule, else one."""
-    from deep_pipeline.core.sequential import applies  # core/sequential imports core/models, which imports us
-
-    return max_pairs if applies(orders, max_pairs) else 1
-
-
-def panel_problem(models: Sequence[str], orders: int, max_pairs: int) -> str | None:
-    """Why `models` is no panel (one line, without the field's name), else None."""
+def panel_problem(models: Sequence[str], orders: int, max_pairs: int, pairs: int) -> str | None:
+    """Why `models` is no panel (one line, without the field's name), else None; `pairs`: the most
+    pairs a comparison of `orders` and `max_pairs` asks (core/sequential.py's rule)."""
     if not models:
         return "an empty panel: leave compare_models unset for the judge model alone, or name at least one model"
     for number, model in enumerate(models, start=1):
@@ -49,7 +43,6 @@ def panel_problem(models: Sequence[str], orders: int, max_pairs: int) -> str | N
     twice = next((model for number, model in enumerate(models) if model in models[:number]), None)
     if twice is not None:
         return f"{twice!r} is named twice: each panel model answers pairs of its own, name it once"
-    pairs = most_pairs(orders, max_pairs)
     if len(models) > pairs:
         return (f"{len(models)} models, but a comparison asks at most {pairs} pair{'s' if pairs != 1 else ''} "
                 f"(compare_orders {orders}, compare_max_pairs {max_pairs}), so a model past the {pairs}th would "

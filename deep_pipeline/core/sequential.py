@@ -49,6 +49,11 @@ def applies(orders: int, max_pairs: int) -> bool:
     return orders == 2 and max_pairs > 1
 
 
+def most_pairs(orders: int, max_pairs: int) -> int:
+    """The most pairs one comparison asks: `max_pairs` when the rule runs, else one."""
+    return max_pairs if applies(orders, max_pairs) else 1
+
+
 def _mean(values: list[int]) -> float:
     return round(sum(values) / len(values), DIGITS)
 
