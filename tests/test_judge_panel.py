@@ -226,3 +226,32 @@ def test_the_stop_rule_with_a_panel_waits_only_on_an_accepting_or_irrelevant_ver
     assert next_pair(pair(1, -1), **rule).stop == "gain_not_positive"
     assert next_pair(pair(1, 1), **{**rule, "panel": 1}).stop == "orders_agree"  # one model: the rule as before
     assert panel_meta(combine(pair(1, 1), SEED)) == {}  # no panel: the decision page as before
+
+
+def test_a_panel_model_the_provider_does_not_know_is_one_line_naming_compare_models(tmp_path, scripted_llm):
+    from deep_pipeline.engine.services import panel_model_settings
+    from deep_pipeline.errors import ModelAccessError
+    from tests.scripted_llm import not_found
+
+    scripted_llm.always("judge-a", not_found())
+    config = CompileConfig(**CONFIG, compare_models=[PANEL[0]])
+    judge = ModelClient(panel_model_settings(config, PANEL[0], None), "judge", retries=0, backoff_s=0)
+    with pytest.raises(ModelAccessError, match=r"judge model 'scripted/judge-a': model not found .*; check compare_models"):
+        compare_cell(judge, iteration_key=KEY, order_seed=SEED, panel=[judge], task_prompt=TASK, unit=UNIT,
+                     old_text=OLD, new_text=NEW, dimension=DEFAULT_DIMENSIONS[0], incumbent_traces=INCUMBENT,
+                     candidate_traces=CANDIDATE)
+    assert len(scripted_llm.requests_for("judge-a")) == 1  # never resent
+
+
+def test_the_estimate_prices_each_panel_models_share_of_the_comparisons():
+    from deep_pipeline.core.estimate import RolePrice, estimate, estimate_cost
+
+    config = CompileConfig(compare_models=["m/cheap", "m/dear"], judge_max_tokens=100)
+    bound = estimate(config)
+    assert bound.calls == estimate(CompileConfig()).calls  # a panel changes who answers, not how many calls
+    compare = bound.calls_by_kind["compare"]
+    assert bound.compare_calls_by_model == {"m/cheap": compare * 2 // 3, "m/dear": compare // 3}
+    cheap, dear = RolePrice(input_per_token=0.0, output_per_token=1.0), RolePrice(input_per_token=0.0, output_per_token=10.0)
+    cost = estimate_cost(bound, config, {"compare": 10}, {"judge": None}, {"m/cheap": cheap, "m/dear": dear})
+    assert cost.usd_by_kind["compare"] == pytest.approx(100 * (compare * 2 // 3) * 1.0 + 100 * (compare // 3) * 10.0)
+    assert estimate_cost(bound, config, {}, {"judge": cheap}, {"m/cheap": cheap, "m/dear": None}).usd_by_kind["compare"] is None

@@ -104,7 +104,7 @@ def panel_model_settings(config, model: str, api_keys: dict[str, str] | None):
 
     judge = role_model_settings(config, "judge", api_keys)
     key = role_key(config.judge_api_base, config.judge_api_key_env, (api_keys or {}).get(provider_of(model)))
-    return judge.model_copy(update={"model": model, "api_key": key,
+    return judge.model_copy(update={"model": model, "api_key": key, "model_setting": "compare_models",
                                     "timeout_s": config.judge_timeout_s or default_timeout_s(model)})
 
 
