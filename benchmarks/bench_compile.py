@@ -118,7 +118,7 @@ class _Ctx:
     def __init__(self, key: str, config: CompileConfig, judge: ModelClient, editor: ModelClient) -> None:
         self.cdir = SimpleNamespace(key=key)
         self.config = config
-        self.services = SimpleNamespace(judge=judge, editor=editor)
+        self.services = SimpleNamespace(judge=judge, editor=editor, panel=None)  # Services: no judge panel
         self.editor_prompt = TASK
         self.task = TrainingTask(name="status-update", prompt=TASK, task_dir=None, bundle=None, label=None)
         self.batches: dict[str, list] = {}

@@ -35,13 +35,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare-max-pairs", type=int, metavar="N", help="with both orders, pairs of calls asked at most "
                    "while the verdict is unsure, 1-5 (default 3); with more than one, an edit is accepted only when "
                    "every pair's gain is above 0 (the sign test); 1 asks one pair")
+    p.add_argument("--compare-model", dest="compare_models", action="append", metavar="M",
+                   help="a judge panel model (repeatable, each once): pair k of a comparison is asked of the k-th "
+                   "model mod the panel's size, sent where the judge's calls go; default: the judge model alone")
     p.add_argument("--max-edit-growth", type=float, metavar="FACTOR", help="reject an edit whose unit's new text is "
                    "longer than FACTOR x its old text, before any rollout (edit_too_large); default: no limit")
     p.add_argument("--face-value-regressions", dest="regressions_need_evidence", action="store_const", const=False,
                    help="count the judge's runtime regressions without a quote from a trace (the original design; "
                    "default: a regression needs valid evidence)")
     p.add_argument("--config", type=Path, metavar="FILE", help="compile settings in YAML, or TOML if FILE ends in .toml "
-                   "(models, runner, rollouts, iterations, budget, compare_orders, compare_samples, compare_max_pairs, max_edit_growth, "
+                   "(models, runner, rollouts, iterations, budget, compare_orders, compare_samples, compare_max_pairs, compare_models, "
+                   "max_edit_growth, "
                    "regressions_need_evidence, *_api_key_env ...; see the README's table)")
     p.add_argument("--quiet", action="store_true", help="print only where S_final and the report are")
     p.add_argument("--json", action="store_true", help=JSON_HELP + "; with --estimate, the estimate's record")
@@ -153,7 +157,7 @@ def _overrides(args: argparse.Namespace) -> dict:
 
     overrides = read_config_file(args.config) if args.config else {}
     for flag in (*MODEL_FLAGS, "runner", "agent_command", "compare_orders", "compare_samples", "compare_max_pairs",
-                 "max_edit_growth", "regressions_need_evidence"):
+                 "compare_models", "max_edit_growth", "regressions_need_evidence"):
         if getattr(args, flag) is not None:
             overrides[flag] = getattr(args, flag)
     return overrides
@@ -220,6 +224,7 @@ def estimate_lines(found) -> list[str]:
              "replay": "    agent   0 calls (the replay runner calls no model)"}.get(
         found.runner, f"    agent   not counted: the {found.runner} runner's agent calls its model outside the compile")
     free = all(found.models[r] == "local" for r in ("judge", "editor", "agent") if r != "agent" or found.runner == "chat")
+    free = free and all(model == "local" for model in found.bound.compare_calls_by_model or ())
     total = "$0 (free: every model is the embedded one)" if free else found.cost.text
     return [
         f"estimate for {found.skill} on {tasks} ({found.task}), runner {found.runner}: the most it can make; nothing written",
@@ -228,6 +233,7 @@ def estimate_lines(found) -> list[str]:
         f"  model calls  {bound.calls} when every answer is valid at its first send"
         + (f" (max_calls {found.max_calls} caps them)" if found.bound.capped else "") + ":",
         role("judge", f"{calls['column']} columns + {calls['compare']} comparisons", ("column", "compare")),
+        *panel_lines(found),
         role("editor", f"{calls['edit']} edits", ("edit",)),
         agent,
         f"  worst case   {found.worst.calls} calls, {'free' if free else found.worst_cost.text}, with every answer asked {found.answer_attempts} "
@@ -239,6 +245,22 @@ def estimate_lines(found) -> list[str]:
         f"  max_usd      {found.max_usd:g} caps the real run: it stops (budget_exhausted) before a call that could pass it"
         if found.max_usd is not None else "  max_usd      not set: nothing caps the real run's cost but the counts above",
     ]
+
+
+def panel_lines(found) -> list[str]:
+    """A judge panel's share of the comparisons: each model's calls and price (core/panel.py)."""
+    from deep_pipeline.llm.accounting import cost_text
+
+    by_model = found.bound.compare_calls_by_model or {}
+    lines = []
+    for model, calls in by_model.items():
+        price = (found.panel_prices or {}).get(model)
+        each = ("free" if model == "local" else "not in litellm's price map" if price is None else
+                f"${price.input_per_token * 1e6:.4g} / ${price.output_per_token * 1e6:.4g} per 1M tokens in / out")
+        lines.append(f"      panel {model}: {calls} of the comparisons [{each}]")
+    if lines:
+        lines.append(f"      (the comparisons, judge panel: {cost_text(found.cost.usd_by_kind['compare'])})")
+    return lines
 
 
 def _resume(args: argparse.Namespace) -> int:

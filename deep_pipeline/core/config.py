@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer
 
 RunnerName = Literal["chat", "mini-swe-agent", "command", "replay"]
 
@@ -97,7 +97,7 @@ OPERATIONAL_SETTINGS: frozenset[str] = frozenset({
 # away from their default. Left in at the default they would change every compile key made before
 # they existed; left out there, a default is part of the code, as the rules themselves are, and a
 # compile that sets one (a task set that tolerates more loss on one task) gets a key of its own.
-IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss", "max_edit_growth", "compare_max_pairs"})
+IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss", "max_edit_growth", "compare_max_pairs", "compare_models"})
 # An environment variable's name (never its value: a value in the config would land on disk).
 VARIABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -162,6 +162,9 @@ class CompileConfig(BaseModel):
     # The sequential comparison (core/sequential.py): with both orders, up to this many pairs
     # (both orders each) while the verdict is unsure; 1 asks one pair, as before the rule.
     compare_max_pairs: int = Field(default=3, ge=1, le=5)
+    # The judge panel (core/panel.py): pair k of a comparison is asked of compare_models[k % n],
+    # litellm model strings sent where the judge's calls go; None: the judge model alone.
+    compare_models: tuple[str, ...] | None = None
     regressions_need_evidence: bool = True
     descent_ceiling: float = Field(default=3.5, ge=1, le=5)
     min_paragraphs: int = Field(default=2, ge=1)
@@ -181,7 +184,24 @@ class CompileConfig(BaseModel):
                 data.pop("max_edit_growth", None)
             if self.compare_max_pairs == type(self).model_fields["compare_max_pairs"].default:
                 data.pop("compare_max_pairs", None)
+            if self.compare_models is None:
+                data.pop("compare_models", None)
         return data
+
+    @field_validator("compare_models")
+    @classmethod
+    def _a_panel_every_model_of_which_answers(cls, models, info: ValidationInfo):
+        """A panel names each model once, and no more models than pairs can be asked (core/panel.py)."""
+        if models is None:
+            return None
+        from deep_pipeline.core.panel import panel_problem
+        from deep_pipeline.core.sequential import most_pairs
+
+        orders, max_pairs = info.data.get("compare_orders", 2), info.data.get("compare_max_pairs", 3)
+        problem = panel_problem(models, orders, max_pairs, most_pairs(orders, max_pairs))
+        if problem:
+            raise ValueError(problem)
+        return models
 
     def identity_settings(self) -> dict:
         """The settings that make the compile's identity (SPEC §2), as JSON values."""

@@ -19,6 +19,8 @@ Why the counts bound a run (SPEC §7 as `core.policy` applies it):
 - per matrix: one judge call per dimension and training task; per iteration: at most
   `edit_attempts` editor calls, `compare_orders` x `compare_samples` judge calls per task and
   pair, times `compare_max_pairs` pairs when the sequential rule applies (core/sequential.py),
+  a judge panel's pair k asked of its model k mod n (core/panel.py: the count is the same, only
+  the model, and so the price, of each pair changes),
   `rollouts` rollouts per task; the input batch: `rollouts` per task (fewer when a
   bundle's traces are the incumbent's);
 - the `chat` runner's rollout is one agent model call, counted with the compile's calls
@@ -37,7 +39,8 @@ from pydantic import Field
 
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.models import Record
-from deep_pipeline.core.sequential import applies
+from deep_pipeline.core.panel import model_of_pair
+from deep_pipeline.core import sequential
 
 CallKind = Literal["column", "edit", "compare", "agent"]
 Role = Literal["judge", "editor", "agent"]
@@ -54,6 +57,8 @@ class Estimate(Record):
     calls_by_kind: dict[str, int]  # before the max_calls cap
     calls: int  # all kinds, after the max_calls cap
     capped: bool  # max_calls is below the uncapped sum
+    # A judge panel's comparison calls per model (they sum to calls_by_kind["compare"]); None: no panel.
+    compare_calls_by_model: dict[str, int] | None = None
 
     @property
     def total_rollouts(self) -> int:
@@ -88,7 +93,16 @@ def level_bounds(config: CompileConfig) -> tuple[dict[str, int], dict[str, int]]
 
 def most_pairs(config: CompileConfig) -> int:
     """The most pairs of calls one task's comparison can ask (core/sequential.py)."""
-    return config.compare_max_pairs if applies(config.compare_orders, config.compare_max_pairs) else 1
+    return sequential.most_pairs(config.compare_orders, config.compare_max_pairs)
+
+
+def panel_calls(config: CompileConfig, compare_calls: int) -> dict[str, int] | None:
+    """`compare_calls` (a whole number of comparisons of `most_pairs` pairs) split over the judge
+    panel: each model gets the share of pairs it answers (core/panel.py); None without a panel."""
+    if not config.compare_models:
+        return None
+    pairs = [model_of_pair(config.compare_models, k) for k in range(most_pairs(config))]
+    return {model: compare_calls * pairs.count(model) // len(pairs) for model in config.compare_models}
 
 
 def estimate(config: CompileConfig, training_tasks: int = 1, *, answer_attempts: int = 1,
@@ -111,14 +125,17 @@ def estimate(config: CompileConfig, training_tasks: int = 1, *, answer_attempts:
     uncapped = sum(by_kind.values())
     calls = uncapped if config.max_calls is None else min(uncapped, config.max_calls)
     return Estimate(training_tasks=tasks, matrices=matrices, iterations=iterations, rollouts=rollouts,
-                    calls_by_kind=by_kind, calls=calls, capped=calls < uncapped)
+                    calls_by_kind=by_kind, calls=calls, capped=calls < uncapped,
+                    compare_calls_by_model=panel_calls(config, by_kind["compare"]))
 
 
 def estimate_cost(bound: Estimate, config: CompileConfig, prompt_tokens: dict[str, int],
-                  prices: dict[str, RolePrice | None]) -> CostEstimate:
+                  prices: dict[str, RolePrice | None],
+                  panel_prices: dict[str, RolePrice | None] | None = None) -> CostEstimate:
     """The bound's cost: each kind's calls x (its prompt tokens x the role's input price +
     the role's max_tokens x its output price). `prompt_tokens` per call kind, `prices`
-    per role; a kind whose role has no price is unknown, and so is the total.
+    per role; a kind whose role has no price is unknown, and so is the total. A judge panel's
+    comparison calls are priced per model (`panel_prices`, by `compare_calls_by_model`).
 
     The max_calls cap is spread over nothing: a capped bound is priced uncapped, an
     upper bound still (the cap says how many calls, not which).
@@ -126,15 +143,13 @@ def estimate_cost(bound: Estimate, config: CompileConfig, prompt_tokens: dict[st
     usd: dict[str, float | None] = {}
     for kind, calls in bound.calls_by_kind.items():
         role = ROLE_OF[kind]
-        price = prices.get(role)
-        if calls == 0:
-            usd[kind] = 0.0
-        elif price is None:
-            usd[kind] = None
-        else:
-            completion = getattr(config, f"{role}_max_tokens")
-            usd[kind] = calls * (prompt_tokens.get(kind, 0) * price.input_per_token
-                                 + completion * price.output_per_token)
+        completion = getattr(config, f"{role}_max_tokens")
+        shares = ({model: (n, (panel_prices or {}).get(model)) for model, n in bound.compare_calls_by_model.items()}
+                  if kind == "compare" and bound.compare_calls_by_model else {role: (calls, prices.get(role))})
+        costs = [0.0 if n == 0 else None if price is None else
+                 n * (prompt_tokens.get(kind, 0) * price.input_per_token + completion * price.output_per_token)
+                 for n, price in shares.values()]
+        usd[kind] = None if None in costs else sum(costs)
     known = [value for value in usd.values() if value is not None]
     total = sum(known) if len(known) == len(usd) else None
     capped = total if total is None or config.max_usd is None else min(total, config.max_usd)

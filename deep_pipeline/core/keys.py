@@ -91,14 +91,19 @@ def edit_call_key(iteration_key_: str, attempt: int) -> str:
     return f"{iteration_key_}/edit/{attempt}"
 
 
-def compare_call_key(iteration_key_: str, candidate_label: str | None = None, sample: int = 0, pair: int = 0) -> str:
+def compare_call_key(iteration_key_: str, candidate_label: str | None = None, sample: int = 0, pair: int = 0,
+                     model: str | None = None) -> str:
     """A comparison's call: the single call of the original design keeps its key; each call of
     several names its order (the candidate's side) and sample, and a sequential comparison's
-    later pairs (core/sequential.py) their pair, `p<k>`, so the first pair's keys stay as they were."""
+    later pairs (core/sequential.py) their pair, `p<k>`, so the first pair's keys stay as they were.
+    A judge panel's call (core/panel.py) also names the model that answers it, `@<model>`, so a
+    changed panel never reads another model's answer; without a panel (`model` None) no key changes."""
     if candidate_label is None:
-        return f"{iteration_key_}/compare"
-    where = f"p{pair}/" if pair else ""
-    return f"{iteration_key_}/compare/{where}candidate-{candidate_label}/s{sample}"
+        key = f"{iteration_key_}/compare"
+    else:
+        where = f"p{pair}/" if pair else ""
+        key = f"{iteration_key_}/compare/{where}candidate-{candidate_label}/s{sample}"
+    return key if model is None else f"{key}@{model}"
 
 
 def rollout_call_key(batch: str, index: int) -> str:

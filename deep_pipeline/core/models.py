@@ -10,7 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from deep_pipeline.core.pairs import PAIR_FACTS, PairFacts, PairIndex, omit_when_none
+from deep_pipeline.core.pairs import PAIR_FACTS, PairFacts, omit_when_none
+from deep_pipeline.core.panel import PanelCall
 
 Level = Literal["section", "paragraph"]
 StepSource = Literal["user", "agent", "tool", "system"]
@@ -241,9 +242,9 @@ class RegressionClaim(Record):
         return data
 
 
-class CompareCall(PairIndex, Record):
+class CompareCall(PanelCall, Record):
     """One judge call of a comparison, mapped back from its blind order; `pair` (core/pairs.py)
-    says which pair of a sequential comparison asked it."""
+    says which pair of a sequential comparison asked it, `model` which panel model answered (core/panel.py)."""
 
     candidate_label: Literal["A", "B"]  # the order: which side the judge saw the candidate as
     sample: int = 0
@@ -304,8 +305,8 @@ class TaskDecision(Record):
     unverified_regressions: list[str] = Field(default_factory=list)  # the items kept at face value
 
 
-class CallScores(PairIndex, Record):
-    """One comparison call's scores, as a decision records them."""
+class CallScores(PanelCall, Record):
+    """One comparison call's scores, as a decision records them (`model`: a panel's, core/panel.py)."""
 
     candidate_label: Literal["A", "B"]
     sample: int = 0

@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field, model_serializer
 
 # Why a sequential comparison stopped asking (core/sequential.py `next_pair`), in the order checked.
 PairStop = Literal["regression", "not_relevant", "gain_not_positive", "orders_agree", "max_pairs"]
-# Why it asked another pair.
-MoreReason = Literal["orders_split", "near_min_gain"]
+# Why it asked another pair (`panel_unheard`: a panel model had not answered yet, core/panel.py).
+MoreReason = Literal["orders_split", "near_min_gain", "panel_unheard"]
 PAIR_FACTS = ("pairs", "gain_bound", "stop_reason", "pair_reasons")
 
 

@@ -16,7 +16,8 @@ llm/comparator.py asks the calls, core/decision.py decides; the rule itself is h
      least 0.5 away from `min_gain` (a clear accept);
   5. `max_pairs`: `compare_max_pairs` pairs were asked.
   Otherwise another pair is asked, and why is recorded: `orders_split` when the two orders'
-  mean deltas lie on different sides of `min_gain`, else `near_min_gain`.
+  mean deltas lie on different sides of `min_gain`, else `near_min_gain`. With a judge panel
+  (core/panel.py), 2 and 4 wait until each panel model has answered a pair (`panel_unheard`).
 - With more than one pair the decision accepts only when the mean gain is ≥ `min_gain` and
   the *gain bound*, the smallest pair gain, is > 0. It is the exact one-sided sign test: if a
   pair's gain were ≤ 0 with probability ≥ 1/2 (the pairs are independent-ish re-presentations),
@@ -37,6 +38,7 @@ from typing import NamedTuple
 
 from deep_pipeline.core.models import CompareCall
 from deep_pipeline.core.pairs import MoreReason, PairStop
+from deep_pipeline.core.panel import PANEL_UNHEARD, must_hear
 
 CLEAR_MARGIN = 0.5  # how far from min_gain the mean must be for agreeing orders to stop at once
 DIGITS = 4  # a mean of at most 10 integer deltas; 4 digits tell every such mean apart
@@ -45,6 +47,11 @@ DIGITS = 4  # a mean of at most 10 integer deltas; 4 digits tell every such mean
 def applies(orders: int, max_pairs: int) -> bool:
     """Does the sequential rule run? Only with both orders and more than one pair allowed."""
     return orders == 2 and max_pairs > 1
+
+
+def most_pairs(orders: int, max_pairs: int) -> int:
+    """The most pairs one comparison asks: `max_pairs` when the rule runs, else one."""
+    return max_pairs if applies(orders, max_pairs) else 1
 
 
 def _mean(values: list[int]) -> float:
@@ -71,9 +78,11 @@ class Next(NamedTuple):
     more: MoreReason | None
 
 
-def next_pair(calls: list[CompareCall], *, min_gain: float, max_pairs: int) -> Next:
-    """Stop, or ask another pair, after the pairs in `calls` (the rule in the module docstring)."""
+def next_pair(calls: list[CompareCall], *, min_gain: float, max_pairs: int, panel: int = 1) -> Next:
+    """Stop, or ask another pair, after the pairs in `calls` (the rule in the module docstring);
+    with a `panel` of several models, not towards acceptance before each has answered (core/panel.py)."""
     gains = pair_gains(calls)
+    unheard = len(gains) < must_hear(panel, max_pairs)
     orders: dict[str, list[int]] = {}
     for call in calls:
         orders.setdefault(call.candidate_label, []).append(call.delta)
@@ -81,10 +90,12 @@ def next_pair(calls: list[CompareCall], *, min_gain: float, max_pairs: int) -> N
     overall = _mean([call.delta for call in calls])
     if any(call.candidate_regressions for call in calls):
         return Next("regression", None)
-    if not any(call.task_relevant for call in calls):
+    if not unheard and not any(call.task_relevant for call in calls):
         return Next("not_relevant", None)
     if min(gains) <= 0:
         return Next("gain_not_positive", None)
+    if unheard:
+        return Next(None, PANEL_UNHEARD)
     if all(mean >= min_gain for mean in means) and abs(overall - min_gain) >= CLEAR_MARGIN:
         return Next("orders_agree", None)
     if len(gains) >= max_pairs:

@@ -103,6 +103,7 @@ def calls_table(calls: list) -> str:
         kept = ", ".join(f"{r.kind} {r.trace_id} step {r.step}".strip() for r in c.candidate_regressions) or "-"
         reason = c.reason.replace("|", "/").replace("\n", " ")
         pair = f"pair {c.pair}, " if c.pair else ""  # a sequential comparison's later pairs (core/sequential.py)
+        pair += f"{c.model}, " if c.model else ""  # a judge panel's model (core/panel.py)
         rows.append(f"| {pair}candidate as {c.candidate_label} | {c.sample} | {c.incumbent_score} | {c.candidate_score} | "
                     f"{kept} / {c.dropped_regressions} | {reason} |")
     return "\n".join(rows)

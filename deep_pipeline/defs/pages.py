@@ -10,6 +10,7 @@ import dagster as dg
 
 from deep_pipeline.core.evidence import quote_context, step_full_text
 from deep_pipeline.core.models import Cell, Comparison, Decision, RegressionClaim, ScoreMatrix, Trace
+from deep_pipeline.core.panel import panel_verdicts
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.iteration_steps import level_matrix_at
 from deep_pipeline.engine.records import ComparisonRecord, EditRecord
@@ -111,9 +112,35 @@ def scores_table(comparison: Comparison) -> str:
     lines = ["| call | incumbent | candidate |", "|---|---|---|",
              f"| mean (the rule's) | {comparison.incumbent_score} | {comparison.candidate_score} |"]
     if len(comparison.calls) > 1:
-        lines += [f"| candidate as {c.candidate_label}, sample {c.sample} | {c.incumbent_score} | {c.candidate_score} |"
+        lines += [f"| {_by(c)}candidate as {c.candidate_label}, sample {c.sample} | {c.incumbent_score} | {c.candidate_score} |"
                   for c in comparison.calls]
     return "\n".join(lines)
+
+
+def panel_table(comparison: Comparison) -> str | None:
+    """A judge panel's per-model verdicts (core/panel.py): each model's calls and mean gain
+    (candidate − incumbent), in the order the models answered; None without a panel."""
+    verdicts = panel_verdicts(comparison.calls)
+    if not verdicts:
+        return None
+    lines = ["| panel model | calls | mean gain |", "|---|---|---|"]
+    lines += [f"| {table_text(v.model)} | {v.calls} | {v.mean_gain:+g} |" for v in verdicts]
+    return "\n".join(lines)
+
+
+def panel_meta(comparison: Comparison) -> dict:
+    """The decision page's and the comparison's panel entries: the table, and each model's verdict as
+    JSON (`{model: {calls, mean_gain}}`); nothing without a panel."""
+    table = panel_table(comparison)
+    if table is None:
+        return {}
+    verdicts = {v.model: {"calls": v.calls, "mean_gain": v.mean_gain} for v in panel_verdicts(comparison.calls)}
+    return {"panel_verdicts": dg.MetadataValue.md(table), "panel_models": dg.MetadataValue.json(verdicts)}
+
+
+def _by(call) -> str:
+    """A panel call's model, as a row names it first (core/panel.py); nothing without a panel."""
+    return f"{table_text(call.model)}: " if call.model else ""
 
 
 def task_table(stored: ComparisonRecord, decision: Decision) -> str:

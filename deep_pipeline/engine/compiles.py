@@ -40,6 +40,8 @@ def check_models(config: CompileConfig, transport=None) -> None:
         roles["agent"] = config.agent_model
     for role, model in roles.items():
         validate_model_name(model, f"{role}_model", getattr(config, f"{role}_api_base"), transport)
+    for model in config.compare_models or ():  # the judge panel's calls go where the judge's go
+        validate_model_name(model, "compare_models", config.judge_api_base, transport)
     if config.runner == "command" and config.agent_model == "local":  # the command agent is pointed at it too
         check_local_model("agent_model")
     check_key_variables(config)

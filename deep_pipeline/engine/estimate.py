@@ -45,6 +45,7 @@ class CompileEstimate(Record):
     token_count: Literal["litellm.token_counter", "chars/4"]
     prompt_tokens: dict[str, int]  # per call of each kind
     prices: dict[str, RolePrice | None]  # per role; None: not in the price map
+    panel_prices: dict[str, RolePrice | None] | None = None  # per judge panel model (core/panel.py)
     cost: CostEstimate  # of `bound`
     worst_cost: CostEstimate  # of `worst`
     max_calls: int | None
@@ -78,6 +79,7 @@ def estimate_compile(skill, loaded, config: CompileConfig, training_tasks: int =
     if len(bundles) > 1:
         traces_note += f"; each call kind at its largest prompt over the {len(bundles)} training tasks"
     prices = {role: _price(getattr(config, f"{role}_model")) for role in ROLES}
+    panel = {model: _price(model) for model in config.compare_models} if config.compare_models else None
     bound = estimate(config, training_tasks)
     worst = estimate(config, training_tasks, answer_attempts=ANSWER_ATTEMPTS, sends_per_answer=RETRIES + 1)
     return CompileEstimate(
@@ -85,8 +87,9 @@ def estimate_compile(skill, loaded, config: CompileConfig, training_tasks: int =
         runner=config.runner,
         models={role: getattr(config, f"{role}_model") for role in ROLES},
         bound=bound, worst=worst, answer_attempts=ANSWER_ATTEMPTS, sends_per_answer=RETRIES + 1,
-        traces=traces_note, token_count=method, prompt_tokens=tokens, prices=prices,
-        cost=estimate_cost(bound, config, tokens, prices), worst_cost=estimate_cost(worst, config, tokens, prices),
+        traces=traces_note, token_count=method, prompt_tokens=tokens, prices=prices, panel_prices=panel,
+        cost=estimate_cost(bound, config, tokens, prices, panel),
+        worst_cost=estimate_cost(worst, config, tokens, prices, panel),
         max_calls=config.max_calls, max_usd=config.max_usd,
     )
 
@@ -156,9 +159,12 @@ def _prompts(skill, task_prompt: str, config: CompileConfig, traces: list[Trace]
     prompts["edit"] = edit_messages(
         task_prompt=task_prompt, skill_text=text, unit=largest, cell=_worst_cell(largest, dimension, traces, limits, text),
         dimension=dimension, rejections=_rejections(largest, dimension, config, limits, text), failed_checks=[])
-    prompts["compare"] = compare_messages(
-        judge, task_prompt=task_prompt, unit=largest, old_text=largest.text, new_text=largest.text,
+    # A judge panel's models may render the traces otherwise than the judge (the local model compactly): the largest.
+    judges = [_Profile(model) for model in config.compare_models or (config.judge_model,)]
+    prompts["compare"] = max((compare_messages(
+        each, task_prompt=task_prompt, unit=largest, old_text=largest.text, new_text=largest.text,
         dimension=dimension, incumbent_traces=traces, candidate_traces=traces, candidate_label="A")[0]
+        for each in judges), key=_chars)
     if config.runner == "chat":
         from deep_pipeline.rollouts.base import RolloutTask
         from deep_pipeline.rollouts.chat import chat_messages

@@ -253,8 +253,13 @@ def comparison_step(it: Iteration, edit: EditRecord, rollouts: RolloutsRecord) -
             task_comparisons=None if one else entries,
         )
 
-    with heartbeat(lambda: f"the comparison of {it.key} waiting on {model_of(ctx.services.judge)}"):
+    with heartbeat(lambda: f"the comparison of {it.key} waiting on {_judges(ctx.services)}"):
         return it.once("comparison.json", ComparisonRecord, make)
+
+
+def _judges(services) -> str:
+    """Who a comparison waits on: the judge, or its panel's models (core/panel.py)."""
+    return ", ".join(model_of(c) for c in services.panel) if services.panel else model_of(services.judge)
 
 
 def _compare_task(it: Iteration, edit: EditRecord, task, incumbent: list, candidate: list):
@@ -267,7 +272,7 @@ def _compare_task(it: Iteration, edit: EditRecord, task, incumbent: list, candid
         dimension=it.ctx.dimension(edit.coordinate.dimension),
         incumbent_traces=incumbent, candidate_traces=candidate, order_seed=order_seed(it.key),
         orders=cfg.compare_orders, samples=cfg.compare_samples, need_evidence=cfg.regressions_need_evidence,
-        parallel=cfg.parallel, max_pairs=cfg.compare_max_pairs, min_gain=cfg.min_gain,
+        parallel=cfg.parallel, max_pairs=cfg.compare_max_pairs, min_gain=cfg.min_gain, panel=it.ctx.services.panel,
     )
 
 
@@ -317,7 +322,7 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
             incumbent_score=result.incumbent_score, candidate_score=result.candidate_score,
             candidate_label=result.candidate_label, order_seed=result.order_seed,
             order_disagreement=result.order_disagreement,
-            call_scores=[CallScores(candidate_label=c.candidate_label, pair=c.pair, sample=c.sample,
+            call_scores=[CallScores(candidate_label=c.candidate_label, pair=c.pair, model=c.model, sample=c.sample,
                                     incumbent_score=c.incumbent_score, candidate_score=c.candidate_score)
                          for c in result.calls],
             pairs=result.pairs, gain_bound=result.gain_bound, stop_reason=result.stop_reason,

@@ -50,6 +50,8 @@ class Services:
     judge: "ModelClient"
     editor: "ModelClient"
     runner: "Runner"
+    # The judge panel's clients (core/panel.py), in `compare_models` order; None: the judge alone.
+    panel: "list[ModelClient] | None" = None
 
 
 def provider_of(model: str) -> str:
@@ -93,6 +95,19 @@ def role_model_settings(config, role: str, api_keys: dict[str, str] | None):
                          timeout_setting=f"{role}_timeout_s")
 
 
+def panel_model_settings(config, model: str, api_keys: dict[str, str] | None):
+    """A judge panel model's ModelSettings (core/panel.py): the judge's in all but the model. It is
+    sent where the judge is: to `judge_api_base` with the key `judge_api_key_env` names, else to its
+    own provider with that provider's key (llm/access.role_key), never another provider's."""
+    from deep_pipeline.llm.access import role_key
+    from deep_pipeline.llm.timeouts import default_timeout_s
+
+    judge = role_model_settings(config, "judge", api_keys)
+    key = role_key(config.judge_api_base, config.judge_api_key_env, (api_keys or {}).get(provider_of(model)))
+    return judge.model_copy(update={"model": model, "api_key": key, "model_setting": "compare_models",
+                                    "timeout_s": config.judge_timeout_s or default_timeout_s(model)})
+
+
 def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = False,
                    api_keys: dict[str, str] | None = None, transport=None) -> Services:
     """`api_keys` maps a provider ("anthropic", "openai", ...) to a key a resource handed over;
@@ -106,9 +121,9 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
     limiter = threading.BoundedSemaphore(config.parallel)
     home = dagster_home()
 
-    def client(role: str) -> ModelClient:
+    def client(role: str, settings=None) -> ModelClient:
         return ModelClient(
-            role_model_settings(config, role, api_keys),
+            settings or role_model_settings(config, role, api_keys),
             role,
             cache_dir=cdir.llm_cache,
             calls_log=cdir.calls_log,
@@ -131,6 +146,8 @@ def build_services(cdir: CompileDir, record: CompileRecord, *, replay: bool = Fa
         judge=client("judge"),
         editor=client("editor"),
         runner=runner,
+        panel=[client("judge", panel_model_settings(config, model, api_keys)) for model in config.compare_models]
+        if config.compare_models else None,
     )
 
 

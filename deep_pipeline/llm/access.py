@@ -76,13 +76,14 @@ def access_failure(litellm, error: Exception) -> str | None:
 
 
 def access_line(variable: str | None, role: str, model: str, api_base: str | None, problem: str, error: str,
-                key_env: str | None = None) -> str:
+                key_env: str | None = None, model_setting: str | None = None) -> str:
     """One line: which role's model was refused, why, and the setting that mends it (`variable`:
-    its provider key's name; `key_env`: the variable the role's `<role>_api_key_env` names)."""
+    its provider key's name; `key_env`: the variable the role's `<role>_api_key_env` names;
+    `model_setting`: the setting naming the model, when not `<role>_model`: a judge panel's)."""
     where = f" at {api_base}" if api_base else ""
     which = "with access to it" if "denied" in problem else "the endpoint accepts" if api_base else "the provider accepts"
     if problem == "model not found":
-        fix = f"check {role}_model, or set {role}_api_base to a server that serves it"
+        fix = f"check {model_setting or f'{role}_model'}, or set {role}_api_base to a server that serves it"
     elif key_env:
         fix = f"set {key_env} (named by {role}_api_key_env) to a key {which}"
     elif api_base:  # a self-hosted endpoint gets no provider key: the role names its own

@@ -76,6 +76,9 @@ class ModelSettings(BaseModel):
     # Or, for a `*_api_base` endpoint, the value of the variable `<role>_api_key_env` names
     # (llm/access.role_key): that name, given here, is the setting an access error names.
     api_key_env: str | None = Field(default=None, exclude=True)
+    # The setting that names the model when it is not `<role>_model` (a judge panel's
+    # `compare_models`), named when the model is not found. Excluded: no cache key changes.
+    model_setting: str | None = Field(default=None, exclude=True)
 
 
 class ModelTimeout(StepError):
@@ -319,7 +322,8 @@ class ModelClient:
         self._log(record)
         if sent.failure == "access":  # resending cannot mend it: stop at once, naming what to set
             raise ModelAccessError(access_line(sent.key_variable, self.role, self.settings.model, self.settings.api_base,
-                                               sent.access_problem or "refused", record.error or "", self.settings.api_key_env))
+                                               sent.access_problem or "refused", record.error or "", self.settings.api_key_env,
+                                               self.settings.model_setting))
         if sent.failure in ("transient", "timeout"):
             if self.is_local:
                 from deep_pipeline.llm.local_model import forget_local_server

@@ -11,6 +11,7 @@ unsure, each later pair showing the traces re-presented (another order, fresh la
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from deep_pipeline.core import sequential
@@ -42,6 +43,7 @@ def compare_cell(
     parallel: int = 1,
     max_pairs: int = 1,
     min_gain: float = 0.5,
+    panel: Sequence[ModelClient] | None = None,
     **cell,
 ) -> tuple[Comparison, list[CallRecord]]:
     """Every call `orders` x `samples` asks, up to `parallel` in flight together, then their verdict.
@@ -58,27 +60,36 @@ def compare_cell(
     pair: after each, the rule stops or asks pair k, whose calls have keys of their own
     (`.../compare/p<k>/...`) and show the traces re-presented. A resume finds every answered
     pair in the cache, so the same pairs are asked again and none is sent twice.
+
+    A judge `panel` (core/panel.py: clients of `compare_models`, sharing the judge's cache, budget
+    and cap) answers pair k with its model k mod n, each call keyed and recorded with its model.
     """
     plan = call_orders(orders, samples, order_seed)
     single = len(plan) == 1
 
+    def judge_of(pair: int) -> ModelClient:
+        return panel[pair % len(panel)] if panel else client
+
     def asker(pair: int):
+        model = judge_of(pair).settings.model if panel else None
+
         def ask(client_: ModelClient, label: Literal["A", "B"], sample: int) -> tuple[CompareCall, list[CallRecord]]:
-            key = compare_call_key(iteration_key) if single else compare_call_key(iteration_key, label, sample, pair)
+            key = (compare_call_key(iteration_key, model=model) if single else
+                   compare_call_key(iteration_key, label, sample, pair, model))
             return compare_once(client_, step_key=key, candidate_label=label, sample=sample, pair=pair,
-                                order_seed=order_seed, need_evidence=need_evidence, **cell)
+                                order_seed=order_seed, need_evidence=need_evidence, model=model, **cell)
         return ask
 
     def ask_pair(pair: int) -> list:
         if single or parallel <= 1:
-            return [asker(pair)(client, label, sample) for label, sample in plan]
-        return _ask_together(client, plan, parallel, asker(pair))
+            return [asker(pair)(judge_of(pair), label, sample) for label, sample in plan]
+        return _ask_together(judge_of(pair), plan, parallel, asker(pair))
 
     answers = ask_pair(0)
     stop, more = None, []
     if sequential.applies(orders, max_pairs):
-        while (step := sequential.next_pair([call for call, _ in answers], min_gain=min_gain,
-                                            max_pairs=max_pairs)).stop is None:
+        while (step := sequential.next_pair([call for call, _ in answers], min_gain=min_gain, max_pairs=max_pairs,
+                                            panel=len(panel or [client]))).stop is None:
             more.append(step.more)
             answers += ask_pair(len(more))
         stop = step.stop
@@ -178,7 +189,9 @@ def compare_once(
     need_evidence: bool = True,
     pair: int = 0,
     order_seed: int = 0,
+    model: str | None = None,
 ) -> tuple[CompareCall, list[CallRecord]]:
+    """One judge call; `model`: the panel model `client` asks, recorded with the call (None: no panel)."""
     limits, _ = profile(client)
     incumbent_label = other(candidate_label)
     messages, labels = compare_messages(
@@ -198,6 +211,7 @@ def compare_once(
     call = CompareCall(
         candidate_label=candidate_label,
         pair=pair,
+        model=model,
         sample=sample,
         incumbent_score=getattr(answer, f"score_{old}"),
         candidate_score=getattr(answer, f"score_{new}"),

@@ -13,6 +13,7 @@ from html import escape
 from deep_pipeline.core.growth import signed, skill_size
 from deep_pipeline.core.keys import iteration_label
 from deep_pipeline.core.models import Cell, ScoreMatrix
+from deep_pipeline.core.panel import panel_verdicts
 from deep_pipeline.engine.records import MatrixRecord
 from deep_pipeline.report.decisions import edit_diffs, score_chart
 from deep_pipeline.report.gather import EvidenceRow, IterationView, MatrixGroup, ReportPage
@@ -146,11 +147,13 @@ def _decision_row(view: IterationView) -> str:
     delta = f"{d.delta:+.2f}" if d.delta is not None else "–"
     if d.task_deltas:  # a task set: the mean, then every task's own (SPEC §11)
         delta += " (" + ", ".join(f"{task} {value:+g}" for task, value in d.task_deltas.items()) + ")"
-    calls = "; ".join(f"{'p' + str(c.pair) + ' ' if c.pair else ''}{c.candidate_label}"
+    calls = "; ".join(f"{'p' + str(c.pair) + ' ' if c.pair else ''}{c.model + ' ' if c.model else ''}{c.candidate_label}"
                       f"{'#' + str(c.sample) if c.sample else ''}: "
                       f"{c.incumbent_score} → {c.candidate_score}" for c in d.call_scores) or "–"
     if d.pairs is not None:  # a sequential comparison (core/sequential.py): its pairs, bound and stop
         calls += f" ({d.pairs} pairs, gain bound {d.gain_bound:+g}, stopped: {d.stop_reason})"
+    if verdicts := panel_verdicts(d.call_scores):  # a judge panel (core/panel.py): each model's verdict
+        calls += " (panel: " + "; ".join(f"{v.model} {v.mean_gain:+g} over {v.calls} calls" for v in verdicts) + ")"
     disagree = "–" if d.order_disagreement is None else ("yes" if d.order_disagreement else "no")
     number = (f'<a href="#evidence-{view.number}">{view.number}</a>' if view.comparison else str(view.number))
     reason = d.reason + (f" (unverified, face value: {'; '.join(d.unverified_regressions)})"

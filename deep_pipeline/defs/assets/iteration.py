@@ -17,7 +17,7 @@ from deep_pipeline.core.matrix import matrix_markdown
 from deep_pipeline.runtime.asset_step import asset_step
 from deep_pipeline.defs.metadata import agent_usage_meta, calls_table, file_ref, skill_use_meta, unit_diff, usage_meta
 from deep_pipeline.defs.pages import (TraceLookup, cell_page, decision_links, evidence_table, growth_meta, matrix_before,
-                                     scores_table, task_table)
+                                     scores_table, task_table, panel_meta)
 from deep_pipeline.defs.partitions import across_sets, iterations_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine import iteration_steps as steps
@@ -154,6 +154,7 @@ def comparison(context: dg.AssetExecutionContext, store: CompileStoreResource) -
             "order_disagreement": _disagreement(c.order_disagreement),
             **_pairs(c),
             "calls": dg.MetadataValue.md(calls_table(c.calls)),
+            **panel_meta(c),
             "reason": dg.MetadataValue.text(c.reason),
             "candidate_evidence": dg.MetadataValue.json([e.model_dump() for e in c.candidate_evidence]),
             "dropped_evidence": dg.MetadataValue.int(c.dropped_evidence),
@@ -182,6 +183,7 @@ def _page(it: steps.Iteration, edit: EditRecord, matrix_after) -> dict:
     if comparison is not None:
         meta |= {
             "scores": dg.MetadataValue.md(scores_table(comparison)),
+            **panel_meta(comparison),
             "incumbent_score": dg.MetadataValue.float(float(comparison.incumbent_score)),
             "candidate_score": dg.MetadataValue.float(float(comparison.candidate_score)),
             "judge_reason": dg.MetadataValue.text(comparison.reason or "-"),
