@@ -11,7 +11,6 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning, message=".*partiti
 
 from deep_pipeline.core.keys import iteration_key, parse_key
 from deep_pipeline.core.units import front_matter_end, section_outline
-from deep_pipeline.defs.assets.iteration import candidate_package
 from deep_pipeline.defs.assets.output import compile_report, final_skill
 from deep_pipeline.defs.partitions import compiles_partitions, iterations_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
@@ -19,7 +18,7 @@ from deep_pipeline.engine.records import CandidateRecord, EditRecord, Report
 from deep_pipeline.store import package_files, read_model, sha256_file, sha256_text
 
 
-@dg.asset_check(asset=candidate_package, partitions_def=iterations_partitions, description="The candidate keeps the section list and the front matter.")
+@dg.asset_check(asset="candidate_package", partitions_def=iterations_partitions, description="The candidate keeps the section list and the front matter.")
 def candidate_keeps_structure(context: dg.AssetCheckExecutionContext, store: CompileStoreResource) -> dg.AssetCheckResult:
     compile_key, level, _, index = parse_key(context.partition_key)
     folder = store.context(compile_key).cdir.iteration_dir(level, index)

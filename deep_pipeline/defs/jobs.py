@@ -1,8 +1,8 @@
 """The step jobs: one per kind of engine step (`start_compile`, `compile` and `start_batch` are in ops.py).
 
 Each asset job runs one kind of engine step, named by its `deep/step` tag (runtime/tags.py).
-The asset jobs (partitioned as their assets are) use the in-process executor: an iteration is a sequence of five steps
-and the multiprocess executor costs ~3 s per step here (DESIGN "Facts measured here").
+The asset jobs (partitioned as their assets are) use the in-process executor: the multiprocess executor costs
+~3 s per op here (DESIGN "Facts measured here"); the iteration and the matrix columns are one op each anyway.
 """
 
 
@@ -10,13 +10,7 @@ import dagster as dg
 
 from deep_pipeline.defs.assets.evaluation import evaluation
 from deep_pipeline.defs.assets.inputs import input_traces
-from deep_pipeline.defs.assets.iteration import (
-    candidate_edit,
-    candidate_package,
-    candidate_rollouts,
-    comparison,
-    decision,
-)
+from deep_pipeline.defs.assets.iteration import iteration
 from deep_pipeline.defs.assets.output import compile_report, final_skill
 from deep_pipeline.runtime.tags import STEP_TAG
 
@@ -30,7 +24,7 @@ score_matrix_job = dg.define_asset_job(
 )
 iteration_job = dg.define_asset_job(
     "run_iteration",
-    selection=[candidate_edit, candidate_package, candidate_rollouts, comparison, decision],
+    selection=[iteration],
     executor_def=dg.in_process_executor, tags={STEP_TAG: "iteration"},
     description="One iteration: edit, candidate, rollouts, comparison, decision.",
 )

@@ -9,13 +9,7 @@ import dagster as dg
 
 from deep_pipeline.defs.assets.evaluation import evaluation
 from deep_pipeline.defs.assets.inputs import input_traces
-from deep_pipeline.defs.assets.iteration import (
-    candidate_edit,
-    candidate_package,
-    candidate_rollouts,
-    comparison,
-    decision,
-)
+from deep_pipeline.defs.assets.iteration import iteration
 from deep_pipeline.defs.assets.matrix import build_matrix_assets
 from deep_pipeline.defs.assets.output import compile_report, final_skill
 from deep_pipeline.defs.assets.timeline import compile_timeline
@@ -34,11 +28,7 @@ step_defs = dg.Definitions(
     assets=[
         input_traces,
         *build_matrix_assets(deployment.dimensions),
-        candidate_edit,
-        candidate_package,
-        candidate_rollouts,
-        comparison,
-        decision,
+        iteration,
         final_skill,
         compile_report,
         compile_timeline,

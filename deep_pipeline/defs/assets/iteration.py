@@ -1,34 +1,43 @@
 """[iteration] candidate_edit -> candidate_package -> candidate_rollouts -> comparison -> decision.
 
-All five materialize on every iteration, short-circuited ones included (their metadata
-says `skipped: ...`), so `decision` always exists. Dagster cannot map one dynamic
-partition set onto another: `candidate_edit`'s edge from `level_matrix` (partitions.across_sets)
-draws the lineage and loads nothing, and which matrix an iteration selected from (recorded in
-edit.json), the incumbent's traces and the compile are metadata (keys, paths, sha256, and on
-`decision` relative UI URLs, defs/pages.py).
+One `@multi_asset` step, as `matrix_columns` is: one op runs the iteration's five engine
+steps in order under one step lock and one wrapper, and yields each asset the moment its
+step is done, so a crash repeats only what is not stored yet (the engine's records say
+which). All five materialize on every iteration, short-circuited ones included (their
+metadata says `skipped: ...`), so `decision` always exists. Dagster cannot map one dynamic
+partition set onto another: `candidate_edit`'s edge from `level_matrix`
+(partitions.across_sets) draws the lineage and loads nothing, and which matrix an iteration
+selected from (recorded in edit.json), the incumbent's traces and the compile are metadata
+(defs/iteration_meta.py).
 """
 
 
 import dagster as dg
 
-from deep_pipeline.core.decision import claim_item
 from deep_pipeline.core.keys import parse_key
-from deep_pipeline.core.matrix import matrix_markdown
-from deep_pipeline.runtime.asset_step import asset_step
-from deep_pipeline.defs.metadata import agent_usage_meta, calls_table, file_ref, skill_use_meta, unit_diff, usage_meta
-from deep_pipeline.defs.pages import (TraceLookup, cell_page, decision_links, evidence_table, growth_meta, matrix_before,
-                                     scores_table, task_table, panel_meta)
+from deep_pipeline.defs.iteration_meta import comparison_meta, decision_meta, edit_meta, package_meta, rollouts_meta
 from deep_pipeline.defs.partitions import across_sets, iterations_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine import iteration_steps as steps
-from deep_pipeline.engine.records import (
-    CandidateRecord,
-    ComparisonRecord,
-    EditRecord,
-    RolloutsRecord,
-)
+from deep_pipeline.runtime.asset_step import asset_step
 
-COMMON = dict(partitions_def=iterations_partitions, group_name="iteration", kinds={"python"})
+# (asset, what it is): in the order the step materializes them, each depending on the one before.
+ASSETS = [
+    ("candidate_edit", "The editor's local edit of the selected unit, validated (SPEC §4, §6.1-2)."),
+    ("candidate_package", "The current package with that one unit replaced (SPEC §6.3)."),
+    ("candidate_rollouts", "The candidate's rollouts, concurrently, each with a timeout (SPEC §6.4)."),
+    ("comparison", "The judge's blind A/B comparison of the one cell (SPEC §6.5)."),
+    ("decision", "The iteration's decision (SPEC §6.6); recording it is the commit (§6.7). Its page stands "
+     "alone: diff, scores, the judge's reason, evidence in its trace steps, the cell that selected the unit, "
+     "the matrix before and after, links to the records."),
+]
+ASSET_NAMES = [name for name, _ in ASSETS]
+
+SPECS = [
+    dg.AssetSpec(name, group_name="iteration", kinds={"python"}, description=description,
+                 deps=[across_sets("level_matrix")] if i == 0 else [ASSETS[i - 1][0]])
+    for i, (name, description) in enumerate(ASSETS)
+]
 
 
 def _iteration(store: CompileStoreResource, partition_key: str) -> steps.Iteration:
@@ -36,203 +45,24 @@ def _iteration(store: CompileStoreResource, partition_key: str) -> steps.Iterati
     return steps.Iteration(store.context(compile_key), level, index)
 
 
-def _stored(it: steps.Iteration, name: str, model):
-    record = it.load(name, model)
-    if record is None:
-        raise dg.Failure(f"{it.key}: {name} is missing; run the earlier iteration steps first")
-    return record
-
-
-def _skipped(reason: str | None) -> dict:
-    return {"skipped": dg.MetadataValue.text(reason.replace("_", " ") if reason else "no")}
-
-
-@dg.asset(**COMMON, pool="llm", deps=[across_sets("level_matrix")],
-          description="The editor's local edit of the selected unit, validated (SPEC §4, §6.1-2).")
-def candidate_edit(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
+@dg.multi_asset(specs=SPECS, name="iteration", partitions_def=iterations_partitions, pool="llm")
+def iteration(context: dg.AssetExecutionContext, store: CompileStoreResource):
     it = _iteration(store, context.partition_key)
     with asset_step(context, it.ctx):
         edit = steps.edit_step(it)
-    cfg = it.ctx.config
-    return dg.MaterializeResult(
-        metadata={
-            "coordinate": dg.MetadataValue.text(str(edit.coordinate)),
-            "cell_score": dg.MetadataValue.float(float(edit.cell.score)),
-            "cell_reason": dg.MetadataValue.text(edit.cell.reason),
-            "status": dg.MetadataValue.text(edit.status),
-            "attempts": dg.MetadataValue.int(len(edit.attempts)),
-            "failed_checks": dg.MetadataValue.json([a.reason for a in edit.attempts if not a.ok]),
-            "edit_summary": dg.MetadataValue.text(edit.edit.edit_summary if edit.edit else "-"),
-            "edit_diff": dg.MetadataValue.md(unit_diff(edit.unit_text_before, edit.unit_text_after or edit.unit_text_before, edit.coordinate.unit_id)),
-            "edit_sha256": dg.MetadataValue.text(edit.edit_sha256 or "-"),
-            "selected_from_matrix": dg.MetadataValue.text(edit.matrix_key or "-"),
-            "incumbent_traces": dg.MetadataValue.text(edit.incumbent_batch),
-            **usage_meta(edit.usage, {"editor": cfg.editor_model}),
-            **file_ref(it.path("edit.json")),
-        }
-    )
-
-
-@dg.asset(**COMMON, deps=[candidate_edit], description="The current package with that one unit replaced (SPEC §6.3).")
-def candidate_package(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
-    it = _iteration(store, context.partition_key)
-    with asset_step(context, it.ctx):
-        record = steps.candidate_step(it, _stored(it, "edit.json", EditRecord))
-    meta = _skipped(record.skipped)
-    if not record.skipped:
-        meta |= {
-            "package_dir": dg.MetadataValue.path(record.package_dir),
-            "package_hash": dg.MetadataValue.text(record.package_hash),
-            "skill_sha256": dg.MetadataValue.text(record.skill_sha256),
-        }
-    return dg.MaterializeResult(metadata=meta | file_ref(it.path("candidate.json")))
-
-
-@dg.asset(**COMMON, deps=[candidate_package], pool="llm", description="The candidate's rollouts, concurrently, each with a timeout (SPEC §6.4).")
-def candidate_rollouts(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
-    it = _iteration(store, context.partition_key)
-    with asset_step(context, it.ctx):
-        record = steps.rollouts_step(it, _stored(it, "candidate.json", CandidateRecord))
-    meta = _skipped(record.skipped)
-    if not record.skipped:
-        meta |= {
-            "batch": dg.MetadataValue.text(record.batch),
-            "trace_ids": dg.MetadataValue.json(record.trace_ids),
-            "timed_out": dg.MetadataValue.int(record.timed_out),
-            "errors": dg.MetadataValue.int(record.errors),
-            "runner": dg.MetadataValue.text(it.ctx.config.runner),
-            **_skill_use(it, record),
-            **file_ref(it.ctx.cdir.batch_dir(record.batch) / "batch.json"),
-        }
+        yield dg.MaterializeResult(asset_key="candidate_edit", metadata=edit_meta(it, edit))
+        candidate = steps.candidate_step(it, edit)
+        yield dg.MaterializeResult(asset_key="candidate_package", metadata=package_meta(it, candidate))
+        rollouts = steps.rollouts_step(it, candidate)
+        meta = rollouts_meta(it, rollouts)
         if "skill_use_warning" in meta:  # in the run's log too, where people watching a run look
             context.log.warning(f"{it.key}: {meta['skill_use_warning'].value}")
-    # Always: rollouts a budget stop cut short were paid for too.
-    meta |= agent_usage_meta(it.ctx.cdir, it.batch, it.ctx.config.runner, it.ctx.config.agent_model)
-    return dg.MaterializeResult(metadata=meta | file_ref(it.path("rollouts.json")))
-
-
-def _skill_use(it: steps.Iteration, record: RolloutsRecord | None) -> dict:
-    if record is None or record.skipped:
-        return {}
-    cfg = it.ctx.config
-    return skill_use_meta(record.skill_use, cfg.runner, cfg.agent_output_format)
-
-
-def _pairs(record) -> dict:
-    """A sequential comparison's pairs, bound and stop reason (core/sequential.py); nothing for one pair."""
-    if record.pairs is None:
-        return {}
-    return {"pairs": dg.MetadataValue.int(record.pairs),
-            "gain_bound": dg.MetadataValue.float(float(record.gain_bound)) if record.gain_bound is not None
-            else dg.MetadataValue.text("-"),
-            "stop_reason": dg.MetadataValue.text(record.stop_reason or "-"),
-            "pair_reasons": dg.MetadataValue.json(record.pair_reasons or [])}
-
-
-def _disagreement(value: bool | None) -> dg.MetadataValue:
-    return dg.MetadataValue.text("-" if value is None else ("yes: the orders disagree on which side is better" if value else "no"))
-
-
-@dg.asset(**COMMON, deps=[candidate_rollouts], pool="llm", description="The judge's blind A/B comparison of the one cell (SPEC §6.5).")
-def comparison(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
-    it = _iteration(store, context.partition_key)
-    with asset_step(context, it.ctx):
-        record = steps.comparison_step(it, _stored(it, "edit.json", EditRecord), _stored(it, "rollouts.json", RolloutsRecord))
-    meta = _skipped(record.skipped)
-    if record.comparison is not None:
-        c = record.comparison
-        meta |= {
-            "incumbent_score": dg.MetadataValue.float(float(c.incumbent_score)),
-            "candidate_score": dg.MetadataValue.float(float(c.candidate_score)),
-            "task_relevant": dg.MetadataValue.bool(c.task_relevant),
-            "judge_regressions": dg.MetadataValue.json(c.runtime_regressions),
-            "dropped_regressions": dg.MetadataValue.int(c.dropped_regressions),
-            # claims kept at face value (regressions_need_evidence: false) whose quote is not in that step
-            "unverified_regressions": dg.MetadataValue.json([claim_item(r) for r in c.regressions if not r.verified]),
-            "rule_regressions": dg.MetadataValue.json(record.rule_regressions),
-            "ab_order": dg.MetadataValue.text(f"candidate shown as {c.candidate_label} (seed {c.order_seed})"),
-            "order_disagreement": _disagreement(c.order_disagreement),
-            **_pairs(c),
-            "calls": dg.MetadataValue.md(calls_table(c.calls)),
-            **panel_meta(c),
-            "reason": dg.MetadataValue.text(c.reason),
-            "candidate_evidence": dg.MetadataValue.json([e.model_dump() for e in c.candidate_evidence]),
-            "dropped_evidence": dg.MetadataValue.int(c.dropped_evidence),
-            "incumbent_traces": dg.MetadataValue.text(record.incumbent_batch),
-            "candidate_traces": dg.MetadataValue.text(record.candidate_batch),
-        }
-    meta |= usage_meta(record.usage, {"judge": it.ctx.config.judge_model})
-    return dg.MaterializeResult(metadata=meta | file_ref(it.path("comparison.json")))
-
-
-def _page(it: steps.Iteration, edit: EditRecord, matrix_after) -> dict:
-    """What makes the decision page stand alone: the diff, the scores, the
-    judge's reason, the evidence of both sides in their steps, the cell that selected the
-    unit, and the matrix before and after, all read from the iteration's records."""
-    traces = TraceLookup(it.ctx.cdir)
-    before = matrix_before(it.ctx.cdir, edit)
-    stored = it.load("comparison.json", ComparisonRecord)
-    comparison = stored.comparison if stored is not None else None
-    after_text = edit.unit_text_after or edit.unit_text_before
-    meta = {
-        "edit_diff": dg.MetadataValue.md(unit_diff(edit.unit_text_before, after_text, edit.coordinate.unit_id)),
-        "selected_cell": dg.MetadataValue.md(cell_page(edit.cell, traces)),
-        "matrix_before": dg.MetadataValue.md(matrix_markdown(before) if before else "-"),
-        "matrix_after": dg.MetadataValue.md(matrix_markdown(matrix_after) if matrix_after else "-"),
-    }
-    if comparison is not None:
-        meta |= {
-            "scores": dg.MetadataValue.md(scores_table(comparison)),
-            **panel_meta(comparison),
-            "incumbent_score": dg.MetadataValue.float(float(comparison.incumbent_score)),
-            "candidate_score": dg.MetadataValue.float(float(comparison.candidate_score)),
-            "judge_reason": dg.MetadataValue.text(comparison.reason or "-"),
-            "evidence": dg.MetadataValue.md(evidence_table(comparison, traces)),
-        }
-    return meta
-
-
-def _tasks_page(it: steps.Iteration, d) -> dict:
-    """A task set's per-task table (SPEC §11); nothing for a compile of one task."""
-    stored = it.load("comparison.json", ComparisonRecord)
-    if stored is None or stored.task_comparisons is None:
-        return {}
-    return {"tasks": dg.MetadataValue.md(task_table(stored, d)),
-            "task_deltas": dg.MetadataValue.json(d.task_deltas or {})}
-
-
-@dg.asset(**COMMON, deps=[comparison], description="The iteration's decision (SPEC §6.6); recording it is the commit (§6.7). "
-          "Its page stands alone: diff, scores, the judge's reason, evidence in its trace steps, the cell "
-          "that selected the unit, the matrix before and after, links to the records.")
-def decision(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
-    it = _iteration(store, context.partition_key)
-    with asset_step(context, it.ctx):
-        edit = _stored(it, "edit.json", EditRecord)
-        record, matrix_after = steps.decision_step(it, edit, _stored(it, "comparison.json", ComparisonRecord))
-    d = record.decision
-    # Tells accepted and rejected partitions apart in the partition list and the runs table.
-    context.instance.add_run_tags(context.run.run_id, {"deep/outcome": "accepted" if d.accepted else "rejected"})
-    meta = {
-        "compile": dg.MetadataValue.text(it.ctx.cdir.key),
-        "coordinate": dg.MetadataValue.text(str(d.coordinate)),
-        "accepted": dg.MetadataValue.float(1.0 if d.accepted else 0.0),  # numeric, so the Plots tab charts it
-        "reason": dg.MetadataValue.text(d.reason),
-        "delta": dg.MetadataValue.float(float(d.delta)) if d.delta is not None else dg.MetadataValue.text("-"),
-        "ab_order": dg.MetadataValue.text(f"candidate shown as {d.candidate_label}" if d.candidate_label else "-"),
-        "order_disagreement": _disagreement(d.order_disagreement),
-        **_pairs(d),
-        "call_scores": dg.MetadataValue.json([c.model_dump() for c in d.call_scores]),
-        "edit_summary": dg.MetadataValue.text(d.edit_summary or "-"),
-        **growth_meta(d),
-        "selected_from_matrix": dg.MetadataValue.text(edit.matrix_key or "-"),
-        "evidence_files": dg.MetadataValue.json({n: str(it.path(n)) for n in ("edit.json", "comparison.json", "rollouts.json")}),
-        **_page(it, edit, matrix_after),
-        **_tasks_page(it, d),
-        **decision_links(it.ctx.cdir.key, context.partition_key, edit.matrix_key, context.run.run_id),
-        **_skill_use(it, it.load("rollouts.json", RolloutsRecord)),
-        # the editor's and judge's calls again (candidate_edit, comparison): prefixed, so model_calls sums right
-        **usage_meta(record.usage, prefix="iteration_"),
-        **file_ref(it.path("decision.json")),
-    }
-    return dg.MaterializeResult(metadata=meta)
-
+        yield dg.MaterializeResult(asset_key="candidate_rollouts", metadata=meta)
+        compared = steps.comparison_step(it, edit, rollouts)
+        yield dg.MaterializeResult(asset_key="comparison", metadata=comparison_meta(it, compared))
+        decided = steps.decision_step(it, edit, compared)
+        # Tells accepted and rejected partitions apart in the partition list and the runs table.
+        accepted = decided.record.decision.accepted
+        context.instance.add_run_tags(context.run.run_id, {"deep/outcome": "accepted" if accepted else "rejected"})
+        yield dg.MaterializeResult(asset_key="decision", metadata=decision_meta(it, edit, decided.record,
+                                                                                 decided.matrix_after, context.run.run_id))
