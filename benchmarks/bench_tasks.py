@@ -12,7 +12,8 @@ A scripted judge answers through the project's real path (ModelClient, litellm w
 scripted provider, llm/comparator.py, core/comparison.py, core/decision.py
 `decide_tasks`; response cache in a temporary folder): per call it scores each side as
 its true score on the call's task + Gaussian noise (sigma), rounded and clipped to 1..5.
-Both orders, one sample (the defaults); the same noise for the same (edit, task, order).
+Both orders, one sample, one pair (compare_max_pairs 1: the sequential comparison's later
+pairs are bench_compile.py's subject); the same noise for the same (edit, task, order).
 
 Two compiles judge the same edits, each edit on its own (the skill is not carried from
 one edit to the next):
