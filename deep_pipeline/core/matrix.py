@@ -39,11 +39,13 @@ def select_coordinate(
 ) -> Coordinate | None:
     """The weakest selectable cell: largest gap; ties -> earlier dimension, then earlier unit.
 
-    Selectable = open, not excluded, not in a blocked dimension, and in the active
-    dimension when one is set. None when nothing is selectable.
+    Selectable = open, not excluded, not in a blocked dimension, in the active
+    dimension when one is set, and of a unit whose file some rollout opened (`unread_files`). None when nothing is selectable.
     """
     dimension_rank = {name: rank for rank, name in enumerate(dimensions)}
-    unit_rank = {unit.unit_id: rank for rank, unit in enumerate(matrix.units)}
+    unread = set(matrix.unread_files or ())
+    # A unit in a file no rollout opened cannot have been seen at work: not selectable (SPEC §5).
+    unit_rank = {unit.unit_id: rank for rank, unit in enumerate(matrix.units) if unit.file not in unread}
     best: tuple[float, int, int] | None = None
     chosen: Coordinate | None = None
     for cell in open_cells(matrix, threshold):
