@@ -89,3 +89,20 @@ def test_cells_of_a_file_no_rollout_opened_are_not_selected():
     unread = matrix.model_copy(update={"unread_files": ["references/guide.md"]})
     assert select_coordinate(unread, **pick).unit_id == "s00-demo-skill"
     assert "unread_files" not in matrix.model_dump() and unread.model_dump()["unread_files"] == ["references/guide.md"]
+
+
+def test_a_batch_without_any_tool_call_counts_every_file_as_possibly_read():
+    silent = Trace(trace_id="t1", steps=[TraceStep(step=1, source="agent", text="done")])
+    assert unread_files([silent], skill_name="demo-skill", package_files=["SKILL.md", "references/guide.md"],
+                        unit_files=["references/guide.md"]) is None
+
+
+def test_the_decision_page_lists_the_files_each_rollout_opened():
+    from deep_pipeline.core.skill_use import SkillUse
+    from deep_pipeline.defs.metadata import skill_use_meta
+
+    uses = [SkillUse(trace_id="a", read_skill=True, quoted_unit=False, opened_files=["SKILL.md"]),
+            SkillUse(trace_id="b", read_skill=True, quoted_unit=False, opened_files=["SKILL.md", "references/guide.md"])]
+    shown = skill_use_meta(uses, "command", "jsonl")["opened_files"].value
+    assert shown == "- a: SKILL.md\n- b: SKILL.md, references/guide.md"
+    assert "possibly read" in skill_use_meta([], "chat", "text")["opened_files"].value

@@ -137,13 +137,16 @@ def _table_text(text: str) -> str:
 
 
 def matrix_markdown(matrix: ScoreMatrix, threshold: float | None = None) -> str:
-    """Units x dimensions as a markdown table; open cells in bold when a threshold is given."""
+    """Units x dimensions as a markdown table; open cells in bold when a threshold is given; the
+    units of a file no rollout opened say so (`unread_files`)."""
     scores = {(cell.unit_id, cell.dimension): cell for cell in matrix.cells}
     header = "| unit | " + " | ".join(matrix.dimensions) + " |"
     rule = "|---|" + "---|" * len(matrix.dimensions)
     rows = [header, rule]
     for unit in matrix.units:
         label = unit.unit_id + (f" {unit.heading}" if unit.heading else "")
+        if unit.file in (matrix.unread_files or ()):
+            label += " (file not opened by any rollout: not selectable)"
         cells = []
         for dimension in matrix.dimensions:
             cell = scores.get((unit.unit_id, dimension))

@@ -160,11 +160,13 @@ def opened_files(trace: Trace, skill_name: str, package_files: list[str]) -> lis
 
 def unread_files(traces: list[Trace], *, skill_name: str, package_files: list[str], unit_files: list[str],
                  applicable: bool = True) -> list[str] | None:
-    """The unit files (not SKILL.md) no trace opened; None when the runner cannot show it or all were opened.
+    """The unit files (not SKILL.md) no trace opened; None when the traces cannot show it or all were opened.
 
-    Runners whose traces show no tool calls (`not_applicable_reason`) count every file as possibly read.
+    Runners whose traces show no tool calls (`not_applicable_reason`) count every file as possibly
+    read; so does a batch none of whose traces holds an agent tool call (imported input traces
+    recorded without them): only a trace that shows its calls can show a file was not opened.
     """
-    if not applicable or not unit_files:
+    if not applicable or not unit_files or not any(any(_call_strings(t)) for t in traces):
         return None
     opened = {path for trace in traces for path in opened_files(trace, skill_name, package_files)}
     return [path for path in unit_files if path not in opened] or None
