@@ -101,3 +101,23 @@ def test_cells_of_a_file_no_rollout_opened_are_not_selected(tmp_path, scripted_l
     rollouts = read_model(ctx.cdir.iteration_dir(first.level, first.index) / "rollouts.json", RolloutsRecord)
     assert {tuple(u.opened_files) for u in rollouts.skill_use} == {("SKILL.md",)}
     assert (ctx.cdir.final_skill / "references" / "guide.md").read_bytes() == (skill / "references" / "guide.md").read_bytes()
+
+
+def test_a_descent_into_a_reference_files_section_edits_one_of_its_paragraphs(tmp_path, scripted_llm):
+    tone, second = GUIDE_TONE, f"{GUIDE_TONE}-p01"
+    world = World(low={(tone, "clarity"): 2, (second, "clarity"): 2}, compare={(tone, "clarity"): (2, 2)})
+    install_world(scripted_llm, world)
+    skill, bundle = make_multi_inputs(tmp_path)
+    guide = skill / "references" / "guide.md"
+    original = guide.read_text(encoding="utf-8").replace("Keep it short.\n", "Keep it short.\n\nName the owner.\n")
+    guide.write_text(original, encoding="utf-8")
+    record = register_compile(tmp_path / "store", skill, bundle, effective_config(load_deployment(), CONFIG))
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
+    report = run_steps(ctx, run_step)
+
+    accepted = [str(d.coordinate) for d in report.decisions if d.accepted]
+    assert accepted == [f"{second}/clarity"]
+    assert [lv.section_id for lv in report.levels] == [None, tone]
+    final = (ctx.cdir.final_skill / "references" / "guide.md").read_text(encoding="utf-8")
+    assert final == original.replace("Name the owner.\n", f"{MARK}-{second} attempt {world.calls['edit']}: do the steps one by one.\n")
+    assert (ctx.cdir.final_skill / "SKILL.md").read_bytes() == (skill / "SKILL.md").read_bytes()
