@@ -88,7 +88,7 @@ def test_dagster_compile_matches_plain_driver(name, env, scripted_llm, dagster_s
     # Every column of every matrix was materialized on its own.
     for dim in ("correctness", "actionability", "coverage", "clarity", "concision"):
         assert materialized(instance, ["matrix", dim], record.key)
-    checks = [("compile_report", "report_matches_decisions"), ("final_skill", "final_differs_only_in_skill_md")]
+    checks = [("compile_report", "report_matches_decisions"), ("final_skill", "final_differs_only_in_edited_markdown")]
     if report.decisions:
         checks.append(("candidate_package", "candidate_keeps_structure"))
     for asset, check in checks:

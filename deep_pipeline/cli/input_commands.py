@@ -32,11 +32,11 @@ from deep_pipeline.store import atomic_write_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    inspect = subparsers.add_parser("inspect", help="show the units of a skill's SKILL.md")
+    inspect = subparsers.add_parser("inspect", help="show the units of a skill: SKILL.md's and its other markdown files'")
     inspect.add_argument("skill_dir", type=Path, metavar="SKILL_DIR")
     inspect.add_argument("--level", choices=("section", "paragraph"), default="section")
     inspect.add_argument("--section", metavar="ID", help="with --level paragraph: only this section's paragraphs")
-    inspect.add_argument("--json", action="store_true", help="print a JSON array of units")
+    inspect.add_argument("--json", action="store_true", help="print a JSON array of units, each naming its file")
     inspect.set_defaults(handler=inspect_command)
 
     validate = subparsers.add_parser("validate", help="check a skill package (and a task bundle)")
@@ -73,19 +73,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 # ---------------------------------------------------------------- inspect
 
 
-def units_of(text: str, level: str, section_id: str | None = None) -> list[Unit]:
-    """The units of a level in document order; paragraphs of every section unless one is named."""
-    from deep_pipeline.core.units import cut_paragraphs, cut_sections
+def units_of(files: dict[str, str], level: str, section_id: str | None = None) -> list[Unit]:
+    """The units of a level, file by file (SKILL.md first) in document order; paragraphs of every
+    section unless one is named (core/package.py)."""
+    from deep_pipeline.core.package import cut_package
 
     try:
-        sections = cut_sections(text)
+        sections = cut_package(files, "section")
         if level == "section":
             return sections
         chosen = [s for s in sections if section_id in (None, s.unit_id)]
         if section_id is not None and not chosen:
             known = ", ".join(s.unit_id for s in sections)
             raise InputError(f"no section {section_id!r}; sections are: {known}")
-        return [p for section in chosen for p in cut_paragraphs(text, section)]
+        return [p for section in chosen for p in cut_package(files, "paragraph", section.unit_id)]
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
@@ -105,14 +106,19 @@ def inspect_command(args: argparse.Namespace) -> int:
     if args.section and args.level != "paragraph":
         raise InputError("--section needs --level paragraph")
     skill = load_skill(args.skill_dir)
-    units = units_of(skill.skill_text, args.level, args.section)
-    if args.json:
-        print(json.dumps([u.model_dump(mode="json") for u in units], indent=2, ensure_ascii=False))
+    units = units_of({"SKILL.md": skill.skill_text, **skill.files}, args.level, args.section)
+    if args.json:  # every unit names its file, SKILL.md's too
+        print(json.dumps([u.model_dump(mode="json") | {"file": u.file} for u in units], indent=2, ensure_ascii=False))
         return 0
-    print(f"{skill.name}: {len(units)} {args.level} unit{'s' if len(units) != 1 else ''}")
+    files = list(dict.fromkeys(u.file for u in units))
+    in_files = f" in {len(files)} files" if skill.files else ""
+    print(f"{skill.name}: {len(units)} {args.level} unit{'s' if len(units) != 1 else ''}{in_files}")
     print(f"{'id':<32} {'depth':>5} {'chars':>6}  heading (or first line)")
-    for unit in units:
-        print(_row(unit))
+    for path in files:
+        if skill.files:  # one file alone needs no name: its rows read as before
+            print(f"-- {path}")
+        for unit in (u for u in units if u.file == path):
+            print(_row(unit))
     return 0
 
 

@@ -97,7 +97,8 @@ OPERATIONAL_SETTINGS: frozenset[str] = frozenset({
 # away from their default. Left in at the default they would change every compile key made before
 # they existed; left out there, a default is part of the code, as the rules themselves are, and a
 # compile that sets one (a task set that tolerates more loss on one task) gets a key of its own.
-IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss", "max_edit_growth", "compare_max_pairs", "compare_models"})
+IDENTITY_WHEN_SET: frozenset[str] = frozenset({"max_task_loss", "max_edit_growth", "compare_max_pairs", "compare_models",
+                                               "max_unit_chars"})
 # An environment variable's name (never its value: a value in the config would land on disk).
 VARIABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -166,6 +167,9 @@ class CompileConfig(BaseModel):
     # litellm model strings sent where the judge's calls go; None: the judge model alone.
     compare_models: tuple[str, ...] | None = None
     regressions_need_evidence: bool = True
+    # The most of one unit's text a judge call carries (SPEC §5): a longer unit is scored from its
+    # first part, and the prompt says so. In the identity only when set to another value.
+    max_unit_chars: int = Field(default=16_000, ge=500)
     descent_ceiling: float = Field(default=3.5, ge=1, le=5)
     min_paragraphs: int = Field(default=2, ge=1)
     rollout_timeout_s: float = Field(default=600.0, gt=0, le=DURATION_MAX_S)
@@ -182,8 +186,9 @@ class CompileConfig(BaseModel):
         if isinstance(data, dict):
             if self.max_edit_growth is None:
                 data.pop("max_edit_growth", None)
-            if self.compare_max_pairs == type(self).model_fields["compare_max_pairs"].default:
-                data.pop("compare_max_pairs", None)
+            for name in ("compare_max_pairs", "max_unit_chars"):
+                if getattr(self, name) == type(self).model_fields[name].default:
+                    data.pop(name, None)
             if self.compare_models is None:
                 data.pop("compare_models", None)
         return data

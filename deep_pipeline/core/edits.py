@@ -64,6 +64,8 @@ def replace_unit(units: list[Unit], unit_id: str, new_unit_text: str) -> list[Un
     for unit in units:
         if unit.unit_id == unit_id:
             unit = unit.model_copy(update={"end": unit.start + len(new_unit_text), "text": new_unit_text})
+        elif unit.file != target.file:
+            pass  # another file of the package: its offsets index its own text
         elif unit.start >= target.end:
             unit = unit.model_copy(update={"start": unit.start + shift, "end": unit.end + shift})
         elif unit.end > target.start:

@@ -24,6 +24,7 @@ from deep_pipeline.core.edits import replace_unit
 from deep_pipeline.core.matrix import current_matrix
 from deep_pipeline.core.models import (
     BUDGET_EXHAUSTED,
+    SKILL_FILE,
     Coordinate,
     Decision,
     Level,
@@ -39,6 +40,8 @@ class History(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     skill_text: str  # S_fast's SKILL.md
+    # S_fast's other markdown files that are units (core/package.py), path -> text; empty: SKILL.md only.
+    files: dict[str, str] = Field(default_factory=dict)
     input_batch: str | None = None  # None until the input traces exist
     events: list[ScoreMatrix | Decision] = Field(default_factory=list)
     calls: int = 0  # model calls so far (cache hits excluded)
@@ -134,3 +137,15 @@ def current_text_and_batch(history: History) -> tuple[str, str | None]:
     text = next((d.skill_text for d in reversed(accepted) if d.skill_text is not None), history.skill_text)
     batch = next((d.trace_batch for d in reversed(accepted) if d.trace_batch is not None), history.input_batch)
     return text, batch
+
+
+def current_files(history: History) -> dict[str, str]:
+    """Every markdown file that is units, SKILL.md first: the input's text with the accepted edits.
+
+    An accepted decision records every other file then differing from the input (`files`), so
+    the latest one that records any, over the input texts, is the current package.
+    """
+    text, _ = current_text_and_batch(history)
+    accepted = [e for e in history.events if isinstance(e, Decision) and e.accepted and e.skill_text is not None]
+    changed = (accepted[-1].files or {}) if accepted else {}
+    return {SKILL_FILE: text, **{path: changed.get(path, original) for path, original in history.files.items()}}

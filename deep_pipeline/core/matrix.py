@@ -39,11 +39,13 @@ def select_coordinate(
 ) -> Coordinate | None:
     """The weakest selectable cell: largest gap; ties -> earlier dimension, then earlier unit.
 
-    Selectable = open, not excluded, not in a blocked dimension, and in the active
-    dimension when one is set. None when nothing is selectable.
+    Selectable = open, not excluded, not in a blocked dimension, in the active
+    dimension when one is set, and of a unit whose file some rollout opened (`unread_files`). None when nothing is selectable.
     """
     dimension_rank = {name: rank for rank, name in enumerate(dimensions)}
-    unit_rank = {unit.unit_id: rank for rank, unit in enumerate(matrix.units)}
+    unread = set(matrix.unread_files or ())
+    # A unit in a file no rollout opened cannot have been seen at work: not selectable (SPEC §5).
+    unit_rank = {unit.unit_id: rank for rank, unit in enumerate(matrix.units) if unit.file not in unread}
     best: tuple[float, int, int] | None = None
     chosen: Coordinate | None = None
     for cell in open_cells(matrix, threshold):
@@ -135,13 +137,16 @@ def _table_text(text: str) -> str:
 
 
 def matrix_markdown(matrix: ScoreMatrix, threshold: float | None = None) -> str:
-    """Units x dimensions as a markdown table; open cells in bold when a threshold is given."""
+    """Units x dimensions as a markdown table; open cells in bold when a threshold is given; the
+    units of a file no rollout opened say so (`unread_files`)."""
     scores = {(cell.unit_id, cell.dimension): cell for cell in matrix.cells}
     header = "| unit | " + " | ".join(matrix.dimensions) + " |"
     rule = "|---|" + "---|" * len(matrix.dimensions)
     rows = [header, rule]
     for unit in matrix.units:
         label = unit.unit_id + (f" {unit.heading}" if unit.heading else "")
+        if unit.file in (matrix.unread_files or ()):
+            label += " (file not opened by any rollout: not selectable)"
         cells = []
         for dimension in matrix.dimensions:
             cell = scores.get((unit.unit_id, dimension))

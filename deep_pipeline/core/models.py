@@ -14,6 +14,7 @@ from deep_pipeline.core.pairs import PAIR_FACTS, PairFacts, omit_when_none
 from deep_pipeline.core.panel import PanelCall
 
 Level = Literal["section", "paragraph"]
+SKILL_FILE = "SKILL.md"
 StepSource = Literal["user", "agent", "tool", "system"]
 ErrorCategory = Literal["timeout", "idle_timeout", "api_error", "agent_error", "sandbox_setup"]
 TIMEOUT_CATEGORIES = ("timeout", "idle_timeout")
@@ -58,10 +59,12 @@ class Record(BaseModel):
 
 
 class Unit(Record):
-    """One editable piece of SKILL.md: a section or a paragraph of one section.
+    """One editable piece of a markdown file of the package: a section or a paragraph of one section.
 
-    `start`/`end` index the whole decoded SKILL.md text (front matter included), so
-    `skill_text[start:end] == text`.
+    `file` is the package path of its file (SKILL.md, or another markdown file: core/package.py);
+    `start`/`end` index that file's whole decoded text (front matter included), so
+    `file_text[start:end] == text`. `file` is written only when it is not SKILL.md, so
+    single-file records read as before.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -74,6 +77,14 @@ class Unit(Record):
     start: int
     end: int
     text: str
+    file: str = SKILL_FILE
+
+    @model_serializer(mode="wrap")
+    def _skill_md_is_not_written(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and self.file == SKILL_FILE:
+            data.pop("file", None)
+        return data
 
 
 class ToolCall(Record):
@@ -200,6 +211,13 @@ class ScoreMatrix(Record):
     skill_sha256: str
     active_dimension: str | None = None  # a paragraph level starts with one
     budget_exhausted: bool = False  # scoring stopped at the budget; cells may be missing
+    # Package files (not SKILL.md) of its units that no rollout of `trace_batch` opened (core/skill_use.py):
+    # their cells are not selected (core/matrix.py). None (not written): every file was or may have been read.
+    unread_files: list[str] | None = None
+
+    @model_serializer(mode="wrap")
+    def _all_read_is_not_written(self, handler):
+        return omit_when_none(handler(self), self, ("unread_files",))
 
     def cell(self, coordinate: Coordinate) -> Cell | None:
         for cell in self.cells:
@@ -347,6 +365,9 @@ class Decision(PairFacts, Record):
     # On accept: what the current package, traces and cell become.
     new_text: str | None = None
     skill_text: str | None = None
+    # The package's other markdown files whose text then differs from the input (core/package.py),
+    # path -> text; None (and not written) when none does, as in every single-file compile.
+    files: dict[str, str] | None = None
     trace_batch: str | None = None
     candidate_cell: Cell | None = None
     # A task set's (SPEC §11): every training task's delta and its regressions; None (and
@@ -366,7 +387,7 @@ class Decision(PairFacts, Record):
         return omit_when_none(handler(self), self, OPTIONAL_DECISION_FIELDS)
 
 
-OPTIONAL_DECISION_FIELDS = ("task_deltas", "task_regressions", "growth_chars", "growth_lines", "unverified_regressions",
+OPTIONAL_DECISION_FIELDS = ("files", "task_deltas", "task_regressions", "growth_chars", "growth_lines", "unverified_regressions",
                             *PAIR_FACTS)
 
 

@@ -67,14 +67,18 @@ from deep_pipeline.core.history import (
     History,
     LevelRun,
     ParagraphCount,
+    current_files,
     current_text_and_batch,
     is_rejection,
     replay_levels,
     units_paragraph_count,
 )
+from deep_pipeline.core.package import file_of, local_id
 from deep_pipeline.core.matrix import coordinate_of, open_cells, select_coordinate
 from deep_pipeline.core.models import (
     BUDGET_EXHAUSTED,
+    SKILL_FILE,
+    Cell,
     Coordinate,
     Decision,
     Level,
@@ -194,12 +198,12 @@ def level_verdict(
 
 
 def descent_allowed(coordinate: Coordinate, section: LevelRun, skill_text: str, paragraph_ran: bool,
-                    config: CompileConfig, paragraph_count: ParagraphCount) -> bool:
-    """SPEC §7: score at most the ceiling, enough paragraphs, no paragraph level yet."""
+                    config: CompileConfig, paragraph_count: ParagraphCount, cell: Cell | None = None) -> bool:
+    """SPEC §7: score at most the ceiling, enough paragraphs, no paragraph level yet. `skill_text`: the
+    coordinate's file's text, its unit id the id in that file; `cell`: its cell, by the package-wide id."""
     if paragraph_ran:
         return False
-    matrix = section.current_matrix()
-    cell = matrix.cell(coordinate) if matrix else None
+    cell = cell or ((matrix := section.current_matrix()) and matrix.cell(coordinate))
     if cell is None or cell.score > config.descent_ceiling:
         return False
     return paragraph_count(skill_text, coordinate.unit_id) >= config.min_paragraphs
@@ -232,6 +236,8 @@ class CompileState(BaseModel):
     section_id: str | None  # the paragraph level's section, at paragraph level
     paragraph_section_id: str | None  # the section the paragraph level ran in, if it ran
     current_skill_text: str
+    current_files: dict[str, str]  # every markdown file that is units, SKILL.md's text included (core/package.py)
+    input_files: dict[str, str]  # the same files as S_fast has them
     current_trace_batch: str | None
     current_matrix: ScoreMatrix | None  # the current level's, SPEC §5
     current_units: list[Unit]  # its units, shifted by accepted edits
@@ -292,6 +298,7 @@ def derive_state(
     limit = config.rejection_limit
     section, paragraph = replay_levels(history)
     skill_text, batch = current_text_and_batch(history)
+    files = current_files(history)
     current = paragraph if paragraph is not None and not paragraph.returned else section
     section_blocked = blocked_dimensions(section, limit)
     blocked = section_blocked if current is section else frozenset()
@@ -311,7 +318,10 @@ def derive_state(
         verdict = level_verdict(current, config, blocked)
         if current is section and isinstance(verdict, Stop) and verdict.coordinate is not None:
             count = paragraph_count or units_paragraph_count
-            if descent_allowed(verdict.coordinate, section, skill_text, paragraph is not None, config, count):
+            unit_id = verdict.coordinate.unit_id  # its own file's text and id (core/package.py)
+            local = verdict.coordinate.model_copy(update={"unit_id": local_id(unit_id)})
+            if descent_allowed(local, section, files[file_of(unit_id)], paragraph is not None, config, count,
+                               cell=section.current_matrix().cell(verdict.coordinate)):
                 descend = verdict.coordinate
             else:  # refused: the dimension is blocked and the active one cleared; loop again
                 verdict = level_verdict(section, config, blocked, after_iteration=False)
@@ -324,6 +334,8 @@ def derive_state(
         section_id=current.section_id,
         paragraph_section_id=paragraph.section_id if paragraph else None,
         current_skill_text=skill_text,
+        current_files=files,
+        input_files={SKILL_FILE: history.skill_text, **history.files},
         current_trace_batch=batch,
         current_matrix=current.current_matrix(),
         current_units=current.current_units(),

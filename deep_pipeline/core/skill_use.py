@@ -43,7 +43,9 @@ import re
 from collections.abc import Iterable
 
 from deep_pipeline.core.evidence import decoded_strings, fold_whitespace, step_full_text
-from deep_pipeline.core.models import Record, Trace
+from pydantic import model_serializer
+
+from deep_pipeline.core.models import SKILL_FILE, Record, Trace
 
 MIN_QUOTE_CHARS = 30
 TOOL_CALL_RUNNERS = ("command", "mini-swe-agent")
@@ -63,6 +65,16 @@ class SkillUse(Record):
     trace_id: str
     read_skill: bool | None = None
     quoted_unit: bool | None = None
+    # Which package files the agent opened (`opened_files`); None: not shown by the runner, or
+    # a record made before it was kept (then not written).
+    opened_files: list[str] | None = None
+
+    @model_serializer(mode="wrap")
+    def _unknown_files_are_not_written(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and self.opened_files is None:
+            data.pop("opened_files", None)
+        return data
 
 
 class SkillUseShare(Record):
@@ -130,6 +142,34 @@ def read_skill(trace: Trace, skill_name: str, package_files: list[str]) -> bool:
         if by_path.search(text) or (folder.search(text) and file_word.search(text)):
             return True
     return False
+
+
+def opened_files(trace: Trace, skill_name: str, package_files: list[str]) -> list[str]:
+    """The package files some agent tool call opens, by the rules of `read_skill` applied per file.
+
+    The agent's skill tool loads SKILL.md's text only: it opens no other file.
+    """
+    opened = [SKILL_FILE] if any(_names_skill(a, skill_name) for a in _skill_tool_calls(trace)) else []
+    texts = list(_call_strings(trace))
+    for path in package_files:
+        by_path, folder, file_word = _read_patterns(skill_name, [path])
+        if path not in opened and any(by_path.search(t) or (folder.search(t) and file_word.search(t)) for t in texts):
+            opened.append(path)
+    return sorted(opened)
+
+
+def unread_files(traces: list[Trace], *, skill_name: str, package_files: list[str], unit_files: list[str],
+                 applicable: bool = True) -> list[str] | None:
+    """The unit files (not SKILL.md) no trace opened; None when the traces cannot show it or all were opened.
+
+    Runners whose traces show no tool calls (`not_applicable_reason`) count every file as possibly
+    read; so does a batch none of whose traces holds an agent tool call (imported input traces
+    recorded without them): only a trace that shows its calls can show a file was not opened.
+    """
+    if not applicable or not unit_files or not any(any(_call_strings(t)) for t in traces):
+        return None
+    opened = {path for trace in traces for path in opened_files(trace, skill_name, package_files)}
+    return [path for path in unit_files if path not in opened] or None
 
 
 def quote_pieces(unit_text: str) -> list[str]:

@@ -139,6 +139,8 @@ def _page(it: Iteration, edit: EditRecord, matrix_after) -> dict:
         "matrix_before": dg.MetadataValue.md(matrix_markdown(before) if before else "-"),
         "matrix_after": dg.MetadataValue.md(matrix_markdown(matrix_after) if matrix_after else "-"),
     }
+    if edit.unit.file != "SKILL.md":  # a unit of another markdown file of the package (core/package.py)
+        meta["edited_file"] = dg.MetadataValue.text(edit.unit.file)
     if comparison is not None:
         meta |= {
             "scores": dg.MetadataValue.md(scores_table(comparison)),

@@ -93,7 +93,20 @@ def skill_use_meta(uses: list, runner: str, output_format: str) -> dict:
     """`read_skill` and `quoted_edited_unit` as shares of the candidate's traces, plus a warning
     when none read the skill (shown to people, read by no rule)."""
     reason = not_applicable_reason(runner, output_format) or (None if uses else "not recorded for these rollouts")
-    return {name: dg.MetadataValue.text(text) for name, text in share_texts(share(uses), reason).items()}
+    meta = {name: dg.MetadataValue.text(text) for name, text in share_texts(share(uses), reason).items()}
+    return meta | opened_files_meta(uses, reason)
+
+
+def opened_files_meta(uses: list, not_applicable: str | None) -> dict:
+    """`opened_files`: which package files each candidate rollout opened (SPEC §5's read rule)."""
+    if not_applicable:
+        return {"opened_files": dg.MetadataValue.text(
+            f"n/a ({not_applicable}): every package file counts as possibly read")}
+    known = [u for u in uses if u.opened_files is not None]
+    if not known:
+        return {}  # records made before it was kept
+    return {"opened_files": dg.MetadataValue.md("\n".join(
+        f"- {u.trace_id}: {', '.join(u.opened_files) or 'no package file'}" for u in known))}
 
 
 def calls_table(calls: list) -> str:

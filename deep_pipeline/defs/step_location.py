@@ -15,7 +15,7 @@ from deep_pipeline.defs.assets.output import compile_report, final_skill
 from deep_pipeline.defs.assets.timeline import compile_timeline
 from deep_pipeline.defs.checks import (
     candidate_keeps_structure,
-    final_differs_only_in_skill_md,
+    final_differs_only_in_edited_markdown,
     report_matches_decisions,
 )
 from deep_pipeline.defs.jobs import ASSET_JOBS, EVALUATION_JOBS
@@ -34,7 +34,7 @@ step_defs = dg.Definitions(
         compile_timeline,
         evaluation,
     ],
-    asset_checks=[candidate_keeps_structure, final_differs_only_in_skill_md, report_matches_decisions],
+    asset_checks=[candidate_keeps_structure, final_differs_only_in_edited_markdown, report_matches_decisions],
     jobs=[*ASSET_JOBS, *EVALUATION_JOBS],
     resources={
         "store": CompileStoreResource(provider_keys=ProviderKeysResource.from_environment()),

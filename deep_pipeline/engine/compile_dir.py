@@ -103,6 +103,12 @@ class CompileDir:
     def skill_text(self) -> str:
         return (self.input_skill / "SKILL.md").read_bytes().decode("utf-8")
 
+    def unit_files(self, skill_text: str | None = None) -> dict[str, str]:
+        """S_fast's other markdown files that are units (core/package.py), path -> text."""
+        from deep_pipeline.inputs.skill import read_unit_files
+
+        return read_unit_files(self.input_skill, self.skill_text() if skill_text is None else skill_text)
+
     def bundle(self, stored: str | None = None):
         """The task bundle as registered (its task_dir was resolved into compile.json); `stored`:
         another task's copy, relative to the folder (compile.json's `tasks`)."""
@@ -154,8 +160,10 @@ class CompileDir:
         events += [(d.seq, d.decision) for d in self.decision_records()]
         events.sort(key=lambda pair: pair[0])
         calls, usd = spent(self.calls())  # what the budget counts, by the budget's own rule
+        skill_text = self.skill_text()
         return History(
-            skill_text=self.skill_text(),
+            skill_text=skill_text,
+            files=self.unit_files(skill_text),
             input_batch="input" if self.has_batch("input") else None,
             events=[event for _, event in events],
             calls=calls,

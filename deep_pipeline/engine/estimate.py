@@ -22,7 +22,7 @@ from typing import Literal
 from deep_pipeline.core.config import CompileConfig, Dimension
 from deep_pipeline.core.estimate import CostEstimate, Estimate, RolePrice, estimate, estimate_cost
 from deep_pipeline.core.models import Cell, EvidenceRef, Record, Rejection, Trace, TraceStep, Unit
-from deep_pipeline.core.units import cut_paragraphs, cut_sections
+from deep_pipeline.core.package import cut_package
 
 TOKEN_COUNTER = "litellm.token_counter"
 CHARS_PER_TOKEN = 4
@@ -144,16 +144,19 @@ def _prompts(skill, task_prompt: str, config: CompileConfig, traces: list[Trace]
     from deep_pipeline.llm.prompts import profile
 
     text = skill.skill_text
-    sections = cut_sections(text)
-    unit_sets = [sections] + [cut_paragraphs(text, s) for s in sections]
+    files = {"SKILL.md": text, **skill.files}  # every markdown file that is units (core/package.py)
+    sections = cut_package(files, "section")
+    unit_sets = [sections] + [cut_package(files, "paragraph", s.unit_id) for s in sections]
     units = [u for units in unit_sets for u in units]
     largest = max(units, key=lambda u: len(u.text))
+    text = files[largest.file]  # the editor is shown the largest unit's own file
     dimension = max(config.dimensions, key=lambda d: len(d.description) + sum(len(r) for r in d.rubric.values()))
     judge, editor = _Profile(config.judge_model), _Profile(config.editor_model)
 
     prompts: dict[str, list[dict]] = {}
-    columns = [column_messages(judge, task_prompt=task_prompt, skill_text=text, units=us, dimension=dimension,
-                               traces=traces)[0] for us in unit_sets if us]
+    columns = [column_messages(judge, task_prompt=task_prompt, skill_text=skill.skill_text, units=us,
+                               dimension=dimension, traces=traces, files=skill.files or None,
+                               max_unit_chars=config.max_unit_chars)[0] for us in unit_sets if us]
     prompts["column"] = max(columns, key=_chars)
     limits, _ = profile(editor)
     prompts["edit"] = edit_messages(

@@ -13,6 +13,7 @@ from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.live import LIVE, heartbeat
 from deep_pipeline.engine.records import CompileRecord, Report, RolloutsRecord, TraceBatchRecord
 from deep_pipeline.errors import StepError, one_line
+from deep_pipeline.core.package import changed_files, file_diffs
 from deep_pipeline.store import (
     atomic_copy_tree,
     atomic_write_json,
@@ -176,14 +177,16 @@ class FinalSkill(NamedTuple):
 
 
 def final_skill_step(ctx: CompileHandle) -> FinalSkill:
-    """Write S_final: S_fast's package with the current SKILL.md (SPEC §8)."""
+    """Write S_final: S_fast's package with the current markdown files the decisions edited (SPEC §8)."""
     cdir = ctx.cdir
     if cdir.report_path.is_file():
         report = read_model(cdir.report_path, Report)
         return FinalSkill(report.status, cdir.final_skill, report.final_package_hash, report.final_skill_sha256)
     outlook = ctx.expect("finalize", cdir.key)
-    action, final_text = outlook.action, outlook.state.current_skill_text
-    atomic_copy_tree(cdir.input_skill, cdir.final_skill, replace={"SKILL.md": final_text.encode("utf-8")})
+    action, state = outlook.action, outlook.state
+    final_text = state.current_skill_text
+    replace = {"SKILL.md": final_text, **changed_files(state.input_files, state.current_files)}
+    atomic_copy_tree(cdir.input_skill, cdir.final_skill, replace={p: t.encode("utf-8") for p, t in replace.items()})
     return FinalSkill(action.status, cdir.final_skill, package_hash(cdir.final_skill), sha256_text(final_text))
 
 
@@ -200,7 +203,7 @@ def report_step(ctx: CompileHandle) -> Report:
     final_sha = sha256_text(state.current_skill_text)
     written = cdir.final_skill / "SKILL.md"
     # Bytes, not read_text: its newline translation turned CRLF and CR into LF (SPEC §4).
-    if not written.is_file() or sha256_bytes(written.read_bytes()) != final_sha:
+    if not written.is_file() or sha256_bytes(written.read_bytes()) != final_sha or not _files_written(cdir, state):
         raise StepError(f"{cdir.final_skill}: S_final is missing or not the current SKILL.md; run final_skill first")
     record = ctx.record
     final_batch = state.current_trace_batch
@@ -228,10 +231,18 @@ def report_step(ctx: CompileHandle) -> Report:
         usage_total=total,
         final_skill_dir=str(cdir.final_skill),
         skill_size=skill_size(history.skill_text, state.current_skill_text),
+        changed_files=file_diffs(state.input_files, changed_files(state.input_files, state.current_files)) or None,
     )
     cdir.require()
     atomic_write_json(cdir.report_path, report)
     return report
+
+
+def _files_written(cdir, state) -> bool:
+    """S_final holds the current text of every other markdown file the decisions edited."""
+    changed = changed_files(state.input_files, state.current_files)
+    return all((cdir.final_skill / p).is_file() and (cdir.final_skill / p).read_bytes() == t.encode("utf-8")
+               for p, t in changed.items())
 
 
 def served_agent(cdir, config: CompileConfig, record: CompileRecord) -> dict:

@@ -16,7 +16,9 @@ from deep_pipeline.core.edits import prepare_edit
 from deep_pipeline.core.growth import growth, too_large
 from deep_pipeline.core.keys import batch_name, edit_call_key, iteration_key, matrix_key, parse_key
 from deep_pipeline.core.matrix import current_matrix
+from deep_pipeline.core.package import changed_files, package_sha256, units_of
 from deep_pipeline.core.models import (
+    SKILL_FILE,
     BUDGET_EXHAUSTED,
     EDIT_TOO_LARGE,
     EDIT_VALIDATION_EXHAUSTED,
@@ -28,7 +30,7 @@ from deep_pipeline.core.models import (
     TaskComparison,
 )
 from deep_pipeline.core.actions import RunIteration
-from deep_pipeline.core.skill_use import SkillUse, not_applicable_reason, skill_use
+from deep_pipeline.core.skill_use import SkillUse, not_applicable_reason, opened_files, skill_use
 from deep_pipeline.llm.accounting import usage_of_calls
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.io_steps import roll_out
@@ -118,9 +120,21 @@ def _drop_downstream(it: Iteration) -> None:
 
 def _still_valid(stored: EditRecord, state) -> bool:
     if stored.status != "ok":
-        return stored.base_skill_sha256 == sha256_text(state.current_skill_text)
-    check = prepare_edit(state.current_skill_text, state.current_units, stored.coordinate.unit_id, stored.edit.new_text)
-    return check.ok and check.skill_text == stored.candidate_skill_text
+        return stored.base_skill_sha256 == package_sha256(state.current_files)
+    check = _prepare(state, stored.unit, stored.edit.new_text)
+    return check.ok and _candidate(state, stored.unit, check.skill_text) == (stored.candidate_skill_text,
+                                                                              stored.candidate_files)
+
+
+def _prepare(state, unit, new_text: str):
+    """SPEC §4's local edit rules on the unit's own file: its text, outline and front matter."""
+    return prepare_edit(state.current_files[unit.file], units_of(state.current_units, unit.file), unit.unit_id, new_text)
+
+
+def _candidate(state, unit, file_text: str) -> tuple[str, dict[str, str] | None]:
+    """The candidate's SKILL.md, and its other markdown files differing from the input (None: none)."""
+    files = {**state.current_files, unit.file: file_text}
+    return files[SKILL_FILE], changed_files(state.input_files, files) or None
 
 
 def _write_edit(it: Iteration, state, action: RunIteration, seq: int, first_attempt: int) -> EditRecord:
@@ -133,7 +147,7 @@ def _write_edit(it: Iteration, state, action: RunIteration, seq: int, first_atte
     unit = next(u for u in state.current_units if u.unit_id == coordinate.unit_id)
     base = dict(
         seq=seq, level=it.level, index=it.index, section_id=action.section_id, coordinate=coordinate, cell=cell, unit=unit,
-        base_skill_sha256=sha256_text(state.current_skill_text), incumbent_batch=state.current_trace_batch,
+        base_skill_sha256=package_sha256(state.current_files), incumbent_batch=state.current_trace_batch,
         matrix_key=matrix_key(ctx.cdir.key, state.current_matrix.level, state.current_matrix.index),
         unit_text_before=unit.text,
     )
@@ -144,7 +158,7 @@ def _write_edit(it: Iteration, state, action: RunIteration, seq: int, first_atte
                 ctx.services.editor,
                 step_key=edit_call_key(it.key, attempt),
                 task_prompt=ctx.editor_prompt,
-                skill_text=state.current_skill_text,
+                skill_text=state.current_files[unit.file],
                 unit=unit,
                 cell=cell,
                 dimension=ctx.dimension(coordinate.dimension),
@@ -159,15 +173,16 @@ def _write_edit(it: Iteration, state, action: RunIteration, seq: int, first_atte
             failed.append("your last answer was not valid JSON of the requested shape")
             continue
         calls += made
-        check = prepare_edit(state.current_skill_text, state.current_units, coordinate.unit_id, edit.new_text)
+        check = _prepare(state, unit, edit.new_text)
         attempts.append(EditAttempt(attempt=attempt, edit_summary=edit.edit_summary, new_text=edit.new_text, ok=check.ok, reason=check.reason))
         if check.ok:
             edit_sha = sha256_text(check.unit_text)
             status = ("exact_duplicate" if edit_sha in state.rejected_hashes(coordinate) else
                       "edit_too_large" if too_large(unit.text, check.unit_text, ctx.config.max_edit_growth) else "ok")
+            skill_text, files = _candidate(state, unit, check.skill_text)
             return EditRecord(
                 **base, status=status, attempts=attempts, edit=edit, unit_text_after=check.unit_text,
-                candidate_skill_text=check.skill_text, edit_sha256=edit_sha, usage=usage_of_calls(calls),
+                candidate_skill_text=skill_text, candidate_files=files, edit_sha256=edit_sha, usage=usage_of_calls(calls),
             )
         failed.append(check.reason)
     return EditRecord(**base, status="edit_validation_exhausted", attempts=attempts, usage=usage_of_calls(calls))
@@ -180,8 +195,9 @@ def candidate_step(it: Iteration, edit: EditRecord) -> CandidateRecord:
         if edit.status != "ok":
             return CandidateRecord(skipped=edit.status)
         folder = it.path("candidate")
-        # Every file but SKILL.md is S_fast's own (SPEC §8), so copy from the input.
-        atomic_copy_tree(it.ctx.cdir.input_skill, folder, replace={"SKILL.md": edit.candidate_skill_text.encode("utf-8")})
+        # Every file but the markdown files the decisions edited is S_fast's own (SPEC §8): copy from the input.
+        replace = {SKILL_FILE: edit.candidate_skill_text, **(edit.candidate_files or {})}
+        atomic_copy_tree(it.ctx.cdir.input_skill, folder, replace={p: t.encode("utf-8") for p, t in replace.items()})
         return CandidateRecord(
             package_dir=str(folder), package_hash=package_hash(folder), skill_sha256=sha256_text(edit.candidate_skill_text)
         )
@@ -221,8 +237,12 @@ def _skill_use(it: Iteration, traces: list) -> list[SkillUse]:
     cfg, edit = it.ctx.config, it.load("edit.json", EditRecord)
     files = [p.as_posix() for p in package_files(it.path("candidate"))]
     applicable = not_applicable_reason(cfg.runner, cfg.agent_output_format) is None
-    return [skill_use(t, skill_name=it.ctx.record.skill_name, package_files=files,
+    name = it.ctx.record.skill_name
+    uses = [skill_use(t, skill_name=name, package_files=files,
                       unit_text=(edit.unit_text_after if edit else None) or "", applicable=applicable) for t in traces]
+    # Which files each rollout opened (SPEC §5's read rule), where the runner's traces can show it.
+    return [u.model_copy(update={"opened_files": opened_files(t, name, files)}) if applicable else u
+            for u, t in zip(uses, traces)]
 
 
 def comparison_step(it: Iteration, edit: EditRecord, rollouts: RolloutsRecord) -> ComparisonRecord:
@@ -333,7 +353,8 @@ def _decide(it: Iteration, edit: EditRecord, comparison: ComparisonRecord) -> De
         )
         if verdict.accepted:
             decision = decision.model_copy(update=dict(
-                new_text=edit.unit_text_after, skill_text=edit.candidate_skill_text, trace_batch=comparison.candidate_batch,
+                new_text=edit.unit_text_after, skill_text=edit.candidate_skill_text, files=edit.candidate_files,
+                trace_batch=comparison.candidate_batch,
                 candidate_cell=Cell(
                     unit_id=edit.coordinate.unit_id, dimension=edit.coordinate.dimension, score=result.candidate_score,
                     reason=result.reason, evidence=result.candidate_evidence, dropped_evidence=result.dropped_evidence,
@@ -347,9 +368,10 @@ def _growth(edit: EditRecord) -> dict:
     if edit.candidate_skill_text is None or edit.unit_text_after is None:
         return {}
     after, start = edit.unit_text_after, edit.unit.start
-    # The incumbent SKILL.md: the candidate with the unit's old text back (the unit's offsets are the incumbent's).
-    incumbent = edit.candidate_skill_text[:start] + edit.unit_text_before + edit.candidate_skill_text[start + len(after):]
-    chars, lines = growth(incumbent, edit.candidate_skill_text)
+    candidate = edit.candidate_skill_text if edit.unit.file == SKILL_FILE else (edit.candidate_files or {})[edit.unit.file]
+    # The incumbent file: the candidate with the unit's old text back (the unit's offsets are the incumbent's).
+    incumbent = candidate[:start] + edit.unit_text_before + candidate[start + len(after):]
+    chars, lines = growth(incumbent, candidate)
     return {"growth_chars": chars, "growth_lines": lines}
 
 

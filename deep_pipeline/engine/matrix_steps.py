@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_serializer
 
 from deep_pipeline.core.keys import column_call_key, matrix_key
 from deep_pipeline.core.matrix import mean_cells
-from deep_pipeline.core.models import ScoreMatrix, Unit
+from deep_pipeline.core.models import SKILL_FILE, ScoreMatrix, Unit, omit_when_none
 from deep_pipeline.core.actions import ScoreLevel
-from deep_pipeline.core.units import cut_units
+from deep_pipeline.core.package import cut_package, package_sha256
+from deep_pipeline.core.skill_use import not_applicable_reason, unread_files
 from deep_pipeline.llm.accounting import usage_of_calls
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.live import LIVE, heartbeat, model_of
 from deep_pipeline.engine.records import ColumnRecord, MatrixRecord
 from deep_pipeline.llm.accounting import Usage
-from deep_pipeline.store import atomic_write_json, read_model, sha256_text
+from deep_pipeline.store import atomic_write_json, package_files, read_model
 
 
 class MatrixStart(BaseModel):
@@ -32,6 +33,14 @@ class MatrixStart(BaseModel):
     skill_text: str
     trace_batch: str
     units: list[Unit]
+    # The package's other markdown files that are units, path -> text, and those no rollout of
+    # `trace_batch` opened (core/package.py, core/skill_use.py); not written for SKILL.md alone.
+    files: dict[str, str] | None = None
+    unread_files: list[str] | None = None
+
+    @model_serializer(mode="wrap")
+    def _single_file_writes_as_before(self, handler):
+        return omit_when_none(handler(self), self, ("files", "unread_files"))
 
 
 class MatrixStep:
@@ -51,12 +60,24 @@ class MatrixStep:
         if self.start is None:
             outlook = self.ctx.expect("matrix", self.key)
             history, state, action = outlook.history, outlook.state, outlook.action
-            units = cut_units(state.current_skill_text, action.level, action.section_id)
+            units = cut_package(state.current_files, action.level, action.section_id)
+            others = {path: text for path, text in state.current_files.items() if path != SKILL_FILE}
             start = MatrixStart(seq=len(history.events), action=action, skill_text=state.current_skill_text,
-                                trace_batch=state.current_trace_batch, units=units)
+                                trace_batch=state.current_trace_batch, units=units, files=others or None,
+                                unread_files=self._unread(state.current_trace_batch, sorted(others)))
             atomic_write_json(self.folder / "plan.json", start)
             self.start = start
         return self.start
+
+    def _unread(self, batch: str, unit_files: list[str]) -> list[str] | None:
+        """The unit files no rollout of the batch opened (SPEC §5's read rule); None: all may have been read."""
+        if not unit_files:
+            return None
+        cfg = self.ctx.config
+        traces = [trace for _, traces in self.ctx.task_traces(batch) for trace in traces]
+        return unread_files(traces, skill_name=self.ctx.record.skill_name, unit_files=unit_files,
+                            package_files=[p.as_posix() for p in package_files(self.ctx.cdir.input_skill)],
+                            applicable=not_applicable_reason(cfg.runner, cfg.agent_output_format) is None)
 
     def column_path(self, dimension: str, task=None):
         """A column's record; with a task of a set (SPEC §11), that task's part of the column."""
@@ -108,6 +129,9 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
                 units=start.units,
                 dimension=dim,
                 traces=traces,
+                files=start.files,
+                unread=start.unread_files,
+                max_unit_chars=ctx.config.max_unit_chars,
             )
         except BudgetExhausted:
             raise  # every column meets the budget on its own: the matrix is recorded as stopped there
@@ -210,7 +234,8 @@ def assemble_matrix(step: MatrixStep) -> MatrixRecord:
         units=start.units,
         cells=[cell for column in columns for cell in column.cells],
         trace_batch=start.trace_batch,
-        skill_sha256=sha256_text(start.skill_text),
+        skill_sha256=package_sha256({SKILL_FILE: start.skill_text, **(start.files or {})}),
+        unread_files=start.unread_files,
         active_dimension=start.action.active_dimension,
         budget_exhausted=len(columns) < len(ctx.config.dimensions),
     )

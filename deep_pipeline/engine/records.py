@@ -160,9 +160,18 @@ class EditRecord(EngineRecord):
     edit: LocalEdit | None = None
     unit_text_before: str = ""
     unit_text_after: str | None = None
-    candidate_skill_text: str | None = None
+    candidate_skill_text: str | None = None  # the candidate's SKILL.md (as the incumbent's when another file was edited)
+    # The candidate's other markdown files that differ from the input (core/package.py); None: none.
+    candidate_files: dict[str, str] | None = None
     edit_sha256: str | None = None
     usage: Usage = Field(default_factory=Usage)
+
+    @model_serializer(mode="wrap")
+    def _single_file_writes_as_before(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and self.candidate_files is None:
+            data.pop("candidate_files", None)
+        return data
 
 
 class CandidateRecord(EngineRecord):
@@ -244,7 +253,10 @@ class Report(EngineRecord):
     # S_final's SKILL.md against S_fast's, chars and lines (bloat in sight); None (and not
     # written) in reports made before it was kept.
     skill_size: SkillSize | None = None
+    # S_final's markdown files other than SKILL.md that the decisions edited, path -> unified diff
+    # from S_fast's (core/package.py); None (not written): no other file was edited, as in a single-file compile.
+    changed_files: dict[str, str] | None = None
 
     @model_serializer(mode="wrap")
     def _older_reports_write_no_size(self, handler):
-        return omit_when_none(handler(self), self, ("skill_size",))
+        return omit_when_none(handler(self), self, ("skill_size", "changed_files"))

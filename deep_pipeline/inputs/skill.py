@@ -37,10 +37,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from deep_pipeline.core.units import cut_sections
+from deep_pipeline.core.package import linked_paths, unit_files
+from deep_pipeline.core.units import cut_sections, front_matter_end
 from deep_pipeline.errors import InputError
 from deep_pipeline.inputs.jsonfile import decode_utf8, read_bytes, special_kind
-from deep_pipeline.store import package_hash, sha256_bytes
+from deep_pipeline.store import package_files, package_hash, sha256_bytes
 
 SKILL_FILE = "SKILL.md"
 NAME_MAX = 64
@@ -66,6 +67,8 @@ class SkillPackage(BaseModel):
     warnings: list[str]
     package_hash: str
     skill_sha256: str
+    # The package's other markdown files that are units (core/package.py), path -> text.
+    files: dict[str, str] = {}
 
 
 def package_max_bytes() -> int:
@@ -244,6 +247,30 @@ def _warnings(name: str, description: str, root: Path) -> list[str]:
     return warnings
 
 
+def read_unit_files(root: Path, skill_text: str, shown: Path | None = None) -> dict[str, str]:
+    """The texts of the package's markdown files other than SKILL.md that are units (core/package.py).
+
+    Each must be UTF-8 with closed front matter, as SKILL.md must: else InputError naming the file.
+    """
+    paths = [p.as_posix() for p in package_files(root)]
+    files = {}
+    for rel in unit_files(skill_text, paths):
+        label = Path(shown or root) / rel
+        text = _decode(label, (root / rel).read_bytes())
+        try:
+            front_matter_end(text)
+        except ValueError as exc:
+            raise InputError(f"{label}: {exc}") from None
+        files[rel] = text
+    return files
+
+
+def _missing_links(root: Path, skill_text: str) -> list[str]:
+    """A warning per relative link of SKILL.md to a file the package does not hold."""
+    return [f"SKILL.md links to {path}, which is not in the package" for path in linked_paths(skill_text)
+            if not (root / path).exists()]
+
+
 def _package_hash(root: Path) -> str:
     try:
         return package_hash(root)
@@ -271,13 +298,15 @@ def load_skill(path: Path | str) -> SkillPackage:
         raise InputError(f"{label}: front matter description is blank; say what the skill is for and when to use it")
     if not cut_sections(text):  # no unit: the first matrix would have no row
         raise InputError(f"{label}: SKILL.md has no body to compile; expected markdown after the front matter")
+    files = read_unit_files(root, text, given)
     return SkillPackage(
         root=root,
         skill_text=text,
+        files=files,
         front_matter=front,
         name=name,
         description=description,
-        warnings=_warnings(name, description, root),
+        warnings=_warnings(name, description, root) + _missing_links(root, text),
         package_hash=_package_hash(root),
         skill_sha256=sha256_bytes(data),
     )

@@ -18,6 +18,13 @@ from deep_pipeline.llm.schemas import edit_answer_model
 MAX_EDIT_CHARS = 20_000
 
 
+def _file_line(unit: Unit) -> str:
+    """Nothing for a unit of SKILL.md (its prompt as before); else which file of the package it is in."""
+    if unit.file == "SKILL.md":
+        return ""
+    return f"(This is the package file {unit.file}, which SKILL.md sends the agent to; edit only its marked unit.)\n"
+
+
 def edit_messages(
     *,
     task_prompt: str,
@@ -38,7 +45,7 @@ def edit_messages(
     user = fill(
         "editor_user",
         task=task_prompt,
-        skill=mark_units(skill_text, [unit]),
+        skill=_file_line(unit) + mark_units(skill_text, [unit]),
         unit_id=unit.unit_id,
         unit_note=unit_note,
         unit_text=body,

@@ -9,7 +9,7 @@ from deep_pipeline.core.models import Cell, EvidenceRef, Trace, Unit
 from deep_pipeline.llm.accounting import CallRecord
 from deep_pipeline.llm.client import ModelClient
 from deep_pipeline.llm.prompts import fill, profile, rubric_text
-from deep_pipeline.llm.render import fence_data, mark_units, render_traces
+from deep_pipeline.llm.render import fence_data, mark_package, render_traces
 from deep_pipeline.llm.schemas import column_answer_model, column_cells
 
 
@@ -29,17 +29,21 @@ def column_messages(
     units: list[Unit],
     dimension: Dimension,
     traces: list[Trace],
+    files: dict[str, str] | None = None,
+    unread: list[str] | None = None,
+    max_unit_chars: int | None = None,
 ) -> tuple[list[dict], int]:
     """The messages and the length of their shared prefix.
 
     Stable content (instructions, task, marked SKILL.md, traces) comes first and the
     dimension last, so the columns of one matrix share a long prefix that provider
-    prompt caches and llama.cpp's slot cache reuse.
+    prompt caches and llama.cpp's slot cache reuse. `files`: the package's other markdown
+    files that are units (core/package.py); `unread`: those no rollout opened.
     """
     _, render = profile(client)
     system = fill("judge_system")
     context = fill(
-        "judge_context", task=task_prompt, skill=mark_units(skill_text, units),
+        "judge_context", task=task_prompt, skill=mark_package({"SKILL.md": skill_text, **(files or {})}, units, unread, max_unit_chars),
         traces=fence_data(render_traces(traces, render), "the agent's traces"),
     )
     unit_ids = ", ".join(u.unit_id for u in units)
@@ -63,10 +67,14 @@ def score_column(
     units: list[Unit],
     dimension: Dimension,
     traces: list[Trace],
+    files: dict[str, str] | None = None,
+    unread: list[str] | None = None,
+    max_unit_chars: int | None = None,
 ) -> ColumnResult:
     limits, _ = profile(client)
     messages, shared = column_messages(
-        client, task_prompt=task_prompt, skill_text=skill_text, units=units, dimension=dimension, traces=traces
+        client, task_prompt=task_prompt, skill_text=skill_text, units=units, dimension=dimension, traces=traces,
+        files=files, unread=unread, max_unit_chars=max_unit_chars,
     )
     answer_model = column_answer_model([u.unit_id for u in units], limits)
     answer, calls = client.structured(step_key, messages, answer_model)

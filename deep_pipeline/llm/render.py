@@ -131,3 +131,43 @@ def mark_units(skill_text: str, units: list[Unit]) -> str:
         position = unit.end
     out.append(skill_text[position:])
     return "".join(out)
+
+
+def cap_note(unit: Unit, cap: int) -> str:
+    return f"\n…[unit {unit.unit_id} continues: {len(unit.text) - cap} more chars not shown; score it from this first part]\n"
+
+
+def _mark_capped(text: str, units: list[Unit], cap: int | None) -> str:
+    """`mark_units`, with each unit over `cap` chars cut to its first `cap` chars and a note saying so."""
+    if cap is None or all(len(u.text) <= cap for u in units):
+        return mark_units(text, units)  # as before, byte for byte
+    out, position = [], 0
+    for unit in sorted(units, key=lambda u: u.start):
+        out.append(text[position : unit.start])
+        body = unit.text if len(unit.text) <= cap else unit.text[:cap] + cap_note(unit, cap)
+        newline = "" if body.endswith(("\n", "\r")) else "\n"
+        out.append(f"<<unit {unit.unit_id}>>\n{body}{newline}<</unit>>\n")
+        position = unit.end
+    out.append(text[position:])
+    return "".join(out)
+
+
+def mark_package(files: dict[str, str], units: list[Unit], unread: list[str] | None = None,
+                 cap: int | None = None) -> str:
+    """Every markdown file of the package with its units marked, SKILL.md first (core/package.py).
+
+    SKILL.md alone renders exactly as `mark_units`. Each other file follows under a line naming
+    it, and saying when no rollout opened it (SPEC §5: its units never reached the agent).
+    """
+    from deep_pipeline.core.package import ordered, units_of
+
+    parts = []
+    for path in ordered(files):
+        marked = _mark_capped(files[path], units_of(units, path), cap)
+        if path == "SKILL.md":
+            parts.append(marked)
+            continue
+        note = ("no rollout opened this file, so the agent never read these units"
+                if path in (unread or ()) else "the agent reads it when SKILL.md sends it there")
+        parts.append(f"\n=== package file {path} ({note}) ===\n{marked}")
+    return "".join(parts)

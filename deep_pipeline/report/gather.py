@@ -72,6 +72,8 @@ class ReportPage:
     evaluation: EvaluationResult | None
     evaluation_path: Path | None
     task_set_results: list[str] = field(default_factory=list)  # a task set's, as `evaluate` prints them (SPEC §11)
+    # (path, S_fast's text, S_final's text) of each other markdown file the decisions edited (core/package.py).
+    file_diffs: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def gather(cdir: CompileDir) -> ReportPage:
@@ -90,6 +92,8 @@ def gather(cdir: CompileDir) -> ReportPage:
         final_skill=final_md.read_bytes().decode("utf-8") if final_md.is_file() else cdir.skill_text(),
         evaluation=read_model(evaluation_path, EvaluationResult) if evaluation_path else None,
         evaluation_path=evaluation_path, task_set_results=task_set_evaluations(cdir),
+        file_diffs=[(path, (cdir.input_skill / path).read_bytes().decode("utf-8"),
+                     (cdir.final_skill / path).read_bytes().decode("utf-8")) for path in sorted(report.changed_files or {})],
     )
 
 

@@ -21,7 +21,7 @@ from deep_pipeline.report.style import CSS
 from deep_pipeline.llm.accounting import cost_text
 
 SECTIONS = (("matrices", "Score matrices"), ("timeline", "Decisions"), ("chart", "Scores over iterations"),
-            ("edits", "Each decision's edit"), ("diff", "SKILL.md diff"),
+            ("edits", "Each decision's edit"), ("diff", "Diff of the edited files"),
             ("evidence", "Evidence"), ("usage", "Tokens and cost"), ("evaluation", "Evaluation"))
 
 
@@ -187,12 +187,19 @@ def skill_use(view: IterationView) -> str:
 
 # -- diff, evidence, usage, evaluation ---------------------------------------------------
 def skill_diff(page: ReportPage) -> str:
-    lines = list(difflib.unified_diff(page.fast_skill.splitlines(), page.final_skill.splitlines(),
-                                      "S_fast/SKILL.md", "S_final/SKILL.md", lineterm=""))
-    if not lines:
+    """SKILL.md's diff, then each other markdown file the decisions edited (core/package.py)."""
+    files = [("SKILL.md", page.fast_skill, page.final_skill), *page.file_diffs]
+    parts = []
+    for path, fast, final in files:
+        lines = list(difflib.unified_diff(fast.splitlines(), final.splitlines(), f"S_fast/{path}", f"S_final/{path}",
+                                          lineterm=""))
+        if lines:
+            spans = "".join(f'<span class="{_diff_class(line)}">{esc(line) or " "}</span>' for line in lines)
+            parts.append(f'<h3>{esc(path)}</h3><pre class="diff">{spans}</pre>' if page.file_diffs else
+                         f'<pre class="diff">{spans}</pre>')
+    if not parts:
         return _section("diff", "<p>S_final's SKILL.md is S_fast's: no edit was accepted.</p>")
-    spans = "".join(f'<span class="{_diff_class(line)}">{esc(line) or " "}</span>' for line in lines)
-    return _section("diff", f'<pre class="diff">{spans}</pre>')
+    return _section("diff", "".join(parts))
 
 
 def _diff_class(line: str) -> str:
