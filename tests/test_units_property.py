@@ -115,8 +115,9 @@ def assert_tiling(text: str) -> None:
     assert sections[0].start == body_start and sections[-1].end == len(text)
     ids = [s.unit_id for s in sections]
     assert len(set(ids)) == len(ids)
+    numbers = [int(section.unit_id[1:3]) for section in sections]
+    assert numbers == sorted(set(numbers))  # in document order; a merged title's number is skipped
     for index, section in enumerate(sections):
-        assert section.unit_id.startswith(f"s{index:02d}")
         assert text[section.start : section.end] == section.text
         assert index == 0 or section.start == sections[index - 1].end
         paragraphs = cut_paragraphs(text, section)

@@ -42,10 +42,11 @@ def sections_of(text):
 def test_a_title_with_nothing_under_it_merges_into_the_next_section(ending):
     text = doc("# PDF Guide\n\n## Overview\n\nRead PDFs.\n\n## Usage\n\nRun it.\n", ending)
     first, second = sections_of(text)
-    assert (first.unit_id, first.heading, first.heading_depth) == ("s00-overview", "Overview", 2)
+    # Ids number the cuts before merging: the title's s00 is skipped, every other id is as it was.
+    assert (first.unit_id, first.heading, first.heading_depth) == ("s01-overview", "Overview", 2)
     assert heading_line(first) == doc("# PDF Guide\n\n## Overview\n", ending)[len(FM.replace("\n", ending)) :]
     assert unit_body(first) == "\nRead PDFs.\n\n".replace("\n", ending)
-    assert second.unit_id == "s01-usage"
+    assert second.unit_id == "s02-usage"
     # The title is still in the outline: an edit may neither drop nor alter it.
     assert section_outline(text) == [("PDF Guide", 1), ("Overview", 2), ("Usage", 2)]
     paragraphs = cut_paragraphs(text, first)
@@ -81,11 +82,11 @@ def test_a_deeper_sub_heading_is_a_body_not_a_merge():
 def test_the_merged_head_is_reattached_byte_exact_and_protected(ending):
     text = doc("# Title\n\n## Overview\n\nOld text.\n\n## Usage\n\nRun it.\n", ending)
     sections = cut_sections(text)
-    check = prepare_edit(text, sections, "s00-overview", "New text.")
+    check = prepare_edit(text, sections, "s01-overview", "New text.")
     assert check.ok, check.reason
     assert check.unit_text == "\n# Title\n\n## Overview\n\nNew text.\n\n".replace("\n", ending)[len(ending) :]
     # An edit that repeats the title as a new heading is refused: the title is still a cut.
-    repeated = prepare_edit(text, sections, "s00-overview", "# Title\n\nNew text.")
+    repeated = prepare_edit(text, sections, "s01-overview", "# Title\n\nNew text.")
     assert not repeated.ok
 
 

@@ -24,7 +24,10 @@ The rules (SPEC §4 as revised in docs/spec-revisions.md, "§4 Units (revised)")
 - Heading-only sections merge: a cut whose text after its heading line(s) is blank
   (spaces, tabs, line endings) is merged into the section after it; runs merge the
   same way (`# Title`, `## Part`, then `### Step` with text: one section). The merged
-  section carries the LAST heading of the run (its id slug, `heading`, `heading_depth`)
+  section carries the LAST heading of the run (its id slug, `heading`, `heading_depth`,
+  and its number: ids number the cuts, preamble included, before merging, so a merged
+  title's number is skipped and every other section keeps the id it had without the
+  rule: `# Demo`, `## When to use` with text gives `s01-when-to-use`, no `s00`)
   and its head (`heading_line`) is everything up to the end of that heading: the
   earlier headings and the blank lines between them are re-attached byte-exact like a
   heading line. A run that reaches the end of the body stays one section of its own
@@ -283,8 +286,8 @@ def cut_sections(text: str) -> list[Unit]:
         spans[0] = (body_start, spans[0][1])  # blank lines before the first heading join it
     ends = [start for start, _ in spans[1:]] + [len(text)]
     return [
-        _section(text, i, spans[first][0], ends[last], spans[carrier][1])
-        for i, (first, last, carrier) in enumerate(_groups(text, spans, ends))
+        _section(text, carrier, spans[first][0], ends[last], spans[carrier][1])
+        for first, last, carrier in _groups(text, spans, ends)
     ]
 
 
