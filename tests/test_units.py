@@ -131,7 +131,7 @@ def headings(text):
             [("s00", None, None), ("s01-a", "A", 2), ("s02-b", "B", 2)],
         ),
         (  # a lone H1 is not a split depth: it heads the first section, H2s cut
-            "# Title\n\nIntro.\n\n## A\n\n## B\n",
+            "# Title\n\nIntro.\n\n## A\n\na\n\n## B\n",
             [("s00-title", "Title", 1), ("s01-a", "A", 2), ("s02-b", "B", 2)],
         ),
         (  # no depth occurs twice: every top-level heading cuts
@@ -155,7 +155,7 @@ def headings(text):
         ("\n  \n\t\n", []),
         ("Only text, no heading.\n", [("s00", None, None)]),
         (  # heading text: inline source, whitespace folded; slug ASCII, whole words, <= 24 chars
-            "## Step 1: Spawn `all` runs (with-skill AND baseline)\n\n## Café 🚀\n\n## 🚀\n",
+            "## Step 1: Spawn `all` runs (with-skill AND baseline)\n\nx\n\n## Café 🚀\n\nx\n\n## 🚀\n",
             [
                 ("s00-step-1-spawn-all-runs", "Step 1: Spawn `all` runs (with-skill AND baseline)", 2),
                 ("s01-cafe", "Café 🚀", 2),
@@ -192,7 +192,7 @@ def test_section_outline_lists_only_cutting_headings():
 
 
 def test_ids_are_deterministic():
-    text = FM + "Intro\n\n## Same\n\n## Same\n"
+    text = FM + "Intro\n\n## Same\n\nx\n\n## Same\n"
     assert [s.unit_id for s in cut_sections(text)] == ["s00", "s01-same", "s02-same"]
     assert cut_sections(text) == cut_sections(text)
 
@@ -211,9 +211,10 @@ def paragraphs(text, index):
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        (  # each block runs to the next block's first line, blank lines included
+        (  # each block runs to the next block's first line, blank lines included;
+            # a thematic break closes the unit before it
             "## A\n\nOne.\n\n- x\n- y\n\n```\n# c\n```\n\n> q\n\n---\n\n| a |\n|---|\n| 1 |\n",
-            ["One.\n\n", "- x\n- y\n\n", "```\n# c\n```\n\n", "> q\n\n", "---\n\n", "| a |\n|---|\n| 1 |\n"],
+            ["One.\n\n", "- x\n- y\n\n", "```\n# c\n```\n\n", "> q\n\n---\n\n", "| a |\n|---|\n| 1 |\n"],
         ),
         (  # a sub-heading goes with the next block that is not a heading
             "## A\n\nOne.\n\n### Sub\n\n#### Subsub\n\nTwo.\n",
@@ -227,7 +228,6 @@ def paragraphs(text, index):
             "## A\n\n### Lonely\n",
             ["### Lonely\n"],
         ),
-        ("## A\n\n\n", []),
         (  # adjacent blocks without blank lines still split at each block
             "## A\nline\n- item\n```\ncode\n```\n",
             ["line\n", "- item\n", "```\ncode\n```\n"],

@@ -12,6 +12,7 @@ from deep_pipeline.core.units import (
     cut_paragraphs,
     cut_sections,
     front_matter_end,
+    heading_line,
     line_starts,
     split_depth,
     unit_body,
@@ -19,6 +20,7 @@ from deep_pipeline.core.units import (
 
 CORPUS = Path(__file__).parents[2] / "shared/corpus/skills"
 SKILLS = sorted(CORPUS.glob("*/SKILL.md")) if CORPUS.is_dir() else []
+MD = MarkdownIt("commonmark").enable("table")
 pytestmark = pytest.mark.skipif(not SKILLS, reason=f"no corpus of real skills at {CORPUS}")
 
 
@@ -85,16 +87,58 @@ def by_name(name: str) -> str:
     return read(CORPUS / name / "SKILL.md", "\n")
 
 
-def test_mcp_builder_splits_at_its_three_h1s():
+def test_mcp_builder_cuts_below_its_three_h1s():
     text = by_name("mcp-builder")
-    assert split_depth(text) == 1  # three H1s, three H2s: the shallowest repeated depth wins
+    assert split_depth(text) == 3  # three H1s; four H3 phases repeat within "# Process"
     sections = cut_sections(text)
     assert [(s.heading, s.heading_depth) for s in sections] == [
-        ("MCP Server Development Guide", 1),
-        ("Process", 1),
-        ("Reference Files", 1),
+        ("Overview", 2),
+        ("🚀 High-Level Workflow", 2),
+        ("Phase 1: Deep Research and Planning", 3),
+        ("Phase 2: Implementation", 3),
+        ("Phase 3: Review and Test", 3),
+        ("Phase 4: Create Evaluations", 3),
+        ("📚 Documentation Library", 2),
+        ("Core MCP Documentation (Load First)", 3),
+        ("SDK Documentation (Load During Phase 1/2)", 3),
+        ("Language-Specific Implementation Guides (Load During Phase 2)", 3),
+        ("Evaluation Guide (Load During Phase 4)", 3),
     ]
-    assert "#### 4.4 Output Format" in sections[1].text  # H4s stay inside their section
+    # The H1 titles had nothing under them: they head the section they merged into.
+    assert heading_line(sections[1]) == "# Process\n\n## 🚀 High-Level Workflow\n"
+    assert "#### 4.4 Output Format" in sections[5].text  # H4s stay inside their section
+    assert max(len(s.text) for s in sections) < 3200
+
+
+@pytest.mark.parametrize("path", SKILLS, ids=[p.parent.name for p in SKILLS])
+def test_no_section_is_only_a_heading(path, ending):
+    text = read(path, ending)
+    for section in cut_sections(text):
+        assert unit_body(section).strip(" \t\r\n"), f"{section.unit_id} has nothing under its heading"
+
+
+@pytest.mark.parametrize("path", SKILLS, ids=[p.parent.name for p in SKILLS])
+def test_no_paragraph_unit_is_a_lone_lead_in(path, ending):
+    # Unless it is all its section holds (mcp-builder's "four main phases:" before the
+    # H3 phase sections): then it is the section's one unit, by the trailing-opener rule.
+    text = read(path, ending)
+    for section in cut_sections(text):
+        paragraphs = cut_paragraphs(text, section)
+        for paragraph in paragraphs if len(paragraphs) > 1 else []:
+            blocks = [t for t in MD.parse(paragraph.text) if t.level == 0 and t.nesting >= 0]
+            lone = len(blocks) == 1 and blocks[0].type == "paragraph_open"
+            assert not (lone and paragraph.text.rstrip(" \t\r\n").endswith(":")), paragraph.unit_id
+
+
+@pytest.mark.parametrize("path", SKILLS, ids=[p.parent.name for p in SKILLS])
+def test_paragraphs_tile_each_section_after_its_head(path, ending):
+    text = read(path, ending)
+    for section in cut_sections(text):
+        paragraphs = cut_paragraphs(text, section)
+        head_end = section.start + len(heading_line(section))
+        assert paragraphs, section.unit_id
+        assert text[head_end : paragraphs[0].start].strip(" \t\r\n") == ""  # only blank lines before
+        assert "".join(p.text for p in paragraphs) == text[paragraphs[0].start : section.end]
 
 
 def test_skill_creator_headings_in_a_markdown_fence_do_not_cut():
