@@ -61,8 +61,10 @@ def iteration(context: dg.AssetExecutionContext, store: CompileStoreResource):
         compared = steps.comparison_step(it, edit, rollouts)
         yield dg.MaterializeResult(asset_key="comparison", metadata=comparison_meta(it, compared))
         decided = steps.decision_step(it, edit, compared)
-        # Tells accepted and rejected partitions apart in the partition list and the runs table.
-        accepted = decided.record.decision.accepted
-        context.instance.add_run_tags(context.run.run_id, {"deep/outcome": "accepted" if accepted else "rejected"})
-        yield dg.MaterializeResult(asset_key="decision", metadata=decision_meta(it, edit, decided.record,
-                                                                                 decided.matrix_after, context.run.run_id))
+        meta = decision_meta(it, edit, decided.record, decided.matrix_after, context.run.run_id)
+    # Materialized after the step's wrapper has ended, as the assets were before: the wrapper
+    # submits the next step first, so the loop sensor, which watches `decision`, finds it asked.
+    # Tells accepted and rejected partitions apart in the partition list and the runs table.
+    accepted = decided.record.decision.accepted
+    context.instance.add_run_tags(context.run.run_id, {"deep/outcome": "accepted" if accepted else "rejected"})
+    yield dg.MaterializeResult(asset_key="decision", metadata=meta)
