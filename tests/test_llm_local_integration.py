@@ -38,6 +38,8 @@ description: Write a short greeting.
 ---
 # Greeting
 
+Greets the user.
+
 ## When to use
 When the user asks for a greeting.
 

@@ -20,6 +20,8 @@ description: Summarise a CSV file.
 ---
 # CSV report
 
+Turns a CSV file into a short report.
+
 ## Setup
 Install pandas with `pip install pandas`.
 

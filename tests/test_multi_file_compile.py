@@ -37,9 +37,8 @@ def test_the_weakest_cell_in_a_reference_file_edits_that_file_and_keeps_every_ot
     assert column.index("<<unit s03-output>>") < column.index(f"<<unit {GUIDE_TONE}>>")
     # The matrix rows: SKILL.md's sections with their ids as before, then the guide's, named by file.
     units = ctx.cdir.matrix_records()[0].matrix.units
-    assert [u.unit_id for u in units] == ["s00-demo-skill", "s01-when-to-use", "s02-steps", "s03-output",
-                                          "references/guide.md#s00-status-guide", GUIDE_TONE,
-                                          "references/guide.md#s02-format"]
+    assert [u.unit_id for u in units] == ["s01-when-to-use", "s02-steps", "s03-output",  # the titles merge (SPEC §4)
+                                          GUIDE_TONE, "references/guide.md#s02-format"]
     assert {u.file for u in units[4:]} == {"references/guide.md"}
 
     final = ctx.cdir.final_skill

