@@ -39,7 +39,7 @@ def test_the_weakest_cell_in_a_reference_file_edits_that_file_and_keeps_every_ot
     units = ctx.cdir.matrix_records()[0].matrix.units
     assert [u.unit_id for u in units] == ["s01-when-to-use", "s02-steps", "s03-output",  # the titles merge (SPEC §4)
                                           GUIDE_TONE, "references/guide.md#s02-format"]
-    assert {u.file for u in units[4:]} == {"references/guide.md"}
+    assert [u.file for u in units] == ["SKILL.md"] * 3 + ["references/guide.md"] * 2
 
     final = ctx.cdir.final_skill
     assert [p.as_posix() for p in package_files(final)] == [p.as_posix() for p in package_files(skill)]
@@ -55,6 +55,11 @@ def test_the_weakest_cell_in_a_reference_file_edits_that_file_and_keeps_every_ot
     assert f"+{MARK}-{GUIDE_TONE}" in stored["changed_files"]["references/guide.md"]
     html = render(gather(ctx.cdir))
     assert "S_final/references/guide.md" in html and f"{MARK}-{GUIDE_TONE}" in html
+    # The final_skill asset's page names the changed file with its diff (SKILL.md's own diff as before).
+    from deep_pipeline.defs.assets.output import _other_files
+    meta = _other_files(ctx.cdir.unit_files(), final)
+    assert meta["other_files_changed"].value == ["references/guide.md"]
+    assert f"+{MARK}-{GUIDE_TONE}" in meta["other_files_diff"].value
 
 
 def test_a_single_file_compile_writes_no_file_fields(tmp_path, scripted_llm):

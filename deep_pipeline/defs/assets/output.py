@@ -14,7 +14,7 @@ from deep_pipeline.report.serve import report_url
 COMMON = dict(partitions_def=compiles_partitions, group_name="output", kinds={"python"})
 
 
-@dg.asset(**COMMON, deps=[across_sets("decision")], description="S_final: the final package; every file but SKILL.md byte-identical to S_fast.")
+@dg.asset(**COMMON, deps=[across_sets("decision")], description="S_final: the final package; every file but the markdown files the decisions edited byte-identical to S_fast.")
 def final_skill(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
     ctx = store.context(context.partition_key)
     with asset_step(context, ctx):
@@ -29,8 +29,21 @@ def final_skill(context: dg.AssetExecutionContext, store: CompileStoreResource) 
             "skill_diff": dg.MetadataValue.md(text_diff(
                 ctx.cdir.skill_text(), (final.folder / "SKILL.md").read_bytes().decode("utf-8"),
                 "SKILL.md (S_fast)", "SKILL.md (S_final)")),
+            **_other_files(ctx.cdir.unit_files(), final.folder),
         }
     )
+
+
+def _other_files(fast: dict[str, str], folder) -> dict:
+    """The package's other markdown files that S_final changed (SPEC §4 revised), with their diffs;
+    nothing when only SKILL.md could change."""
+    changed = {path: (folder / path).read_bytes().decode("utf-8") for path in fast}
+    changed = {path: text for path, text in changed.items() if text != fast[path]}
+    if not changed:
+        return {}
+    diffs = "\n\n".join(text_diff(fast[path], text, f"{path} (S_fast)", f"{path} (S_final)")
+                         for path, text in changed.items())
+    return {"other_files_changed": dg.MetadataValue.json(sorted(changed)), "other_files_diff": dg.MetadataValue.md(diffs)}
 
 
 @dg.asset(**COMMON, deps=[final_skill], description="report.json: stop reasons, every decision in order, usage per "
