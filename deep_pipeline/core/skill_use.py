@@ -46,6 +46,7 @@ from deep_pipeline.core.evidence import decoded_strings, fold_whitespace, step_f
 from pydantic import model_serializer
 
 from deep_pipeline.core.models import SKILL_FILE, Record, Trace
+from deep_pipeline.core.pairs import omit_when_none
 
 MIN_QUOTE_CHARS = 30
 TOOL_CALL_RUNNERS = ("command", "mini-swe-agent")
@@ -71,10 +72,7 @@ class SkillUse(Record):
 
     @model_serializer(mode="wrap")
     def _unknown_files_are_not_written(self, handler):
-        data = handler(self)
-        if isinstance(data, dict) and self.opened_files is None:
-            data.pop("opened_files", None)
-        return data
+        return omit_when_none(handler(self), self, ("opened_files",))
 
 
 class SkillUseShare(Record):

@@ -9,7 +9,8 @@ from pydantic import BaseModel, model_serializer
 
 from deep_pipeline.core.keys import column_call_key, matrix_key
 from deep_pipeline.core.matrix import mean_cells
-from deep_pipeline.core.models import SKILL_FILE, ScoreMatrix, Unit, omit_when_none
+from deep_pipeline.core.models import SKILL_FILE, ScoreMatrix, Unit
+from deep_pipeline.core.pairs import omit_when_none
 from deep_pipeline.core.actions import ScoreLevel
 from deep_pipeline.core.package import cut_package, package_sha256
 from deep_pipeline.core.skill_use import not_applicable_reason, unread_files

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_valid
 
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.growth import SkillSize
-from deep_pipeline.core.models import (Cell, Comparison, Coordinate, Decision, LevelSummary, LocalEdit, ScoreMatrix, Unit,
-                                        omit_when_none)
+from deep_pipeline.core.models import Cell, Comparison, Coordinate, Decision, LevelSummary, LocalEdit, ScoreMatrix, Unit
+from deep_pipeline.core.pairs import omit_when_none
 from deep_pipeline.core.skill_use import IterationSkillUse, SkillUse
 from deep_pipeline.llm.accounting import Usage  # the calls' totals each record keeps; owned with the call records
 
@@ -168,10 +168,7 @@ class EditRecord(EngineRecord):
 
     @model_serializer(mode="wrap")
     def _single_file_writes_as_before(self, handler):
-        data = handler(self)
-        if isinstance(data, dict) and self.candidate_files is None:
-            data.pop("candidate_files", None)
-        return data
+        return omit_when_none(handler(self), self, ("candidate_files",))
 
 
 class CandidateRecord(EngineRecord):
