@@ -90,6 +90,31 @@ def test_the_merged_head_is_reattached_byte_exact_and_protected(ending):
     assert not repeated.ok
 
 
+def test_a_heading_with_only_a_lead_in_heads_the_section_it_introduces(ending):
+    body = "## Workflow\n\nIt has two phases:\n\n### Phase 1\n\nOne.\n\n### Phase 2\n\nTwo.\n"
+    text = doc(body, ending)
+    sections = cut_sections(text)
+    assert [(s.unit_id, s.heading) for s in sections] == [("s01-phase-1", "Phase 1"), ("s02-phase-2", "Phase 2")]
+    head = "## Workflow\n\nIt has two phases:\n\n### Phase 1\n".replace("\n", ending)
+    assert heading_line(sections[0]) == head
+    assert [p.text for p in cut_paragraphs(text, sections[0])] == ["One.\n\n".replace("\n", ending)]
+    # The lead-in is part of the head: an edit keeps it byte-exact.
+    check = prepare_edit(text, sections, "s01-phase-1", "First.")
+    assert check.ok and check.unit_text.startswith(head), check.reason
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "## A\n\nSee:\n\n[x]: https://example.org\n\n## B\n\nb\n",  # a link definition is content
+        "## A\n\nText, then:\n\n- item\n\n## B\n\nb\n",  # the lead-in has its block
+        "## A\n\nb\n\n## B\n\nSee below:\n",  # nothing follows: stays a section of its own
+    ],
+)
+def test_a_lead_in_merges_only_when_it_is_all_a_heading_holds(body):
+    assert [s.heading for s in sections_of(doc(body))] == ["A", "B"]
+
+
 # ---------------------------------------------------------------- several H1s
 
 
@@ -153,7 +178,8 @@ def test_a_lead_in_joins_the_block_it_introduces(ending):
         ("**The script:**\n- one\n- two\n\n", ["**The script:**\n- one\n- two\n\n"]),  # bold, list interrupts
         ("### Usage\n\nRun:\n\n    cmd\n\n", ["### Usage\n\nRun:\n\n    cmd\n\n"]),  # sub-heading, lead-in, code
         ("Text.\n\nSee below:\n\n", ["Text.\n\nSee below:\n\n"]),  # a trailing lead-in stays with the unit before
-        ("Nothing follows:\n\n", ["Nothing follows:\n\n"]),  # ...and alone when it is all there is
+        # ...and openers alone are one unit (a lead-in alone merges the section into the next one)
+        ("### Usage\n\nNothing follows:\n\n", ["### Usage\n\nNothing follows:\n\n"]),
         ("Run `cmd:`\n\nText.\n\n", ["Run `cmd:`\n\n", "Text.\n\n"]),  # a code span ending in ':' is no lead-in
         ("Note: this is a sentence.\n\nText.\n\n", ["Note: this is a sentence.\n\n", "Text.\n\n"]),
         ("Text.\n\n---\n\nMore.\n\n", ["Text.\n\n---\n\n", "More.\n\n"]),  # a rule closes the unit before it

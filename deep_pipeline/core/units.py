@@ -22,15 +22,17 @@ The rules (SPEC §4 as revised in docs/spec-revisions.md, "§4 Units (revised)")
   before the first cut is the preamble when it is not blank (blank text there joins
   the first section).
 - Heading-only sections merge: a cut whose text after its heading line(s) is blank
-  (spaces, tabs, line endings) is merged into the section after it; runs merge the
+  (spaces, tabs, line endings) or holds only lead-in paragraphs (see below: mcp-builder's
+  "## Workflow", "Creating a server involves four main phases:", then "### Phase 1"; the
+  lead-in introduces what follows) is merged into the section after it; runs merge the
   same way (`# Title`, `## Part`, then `### Step` with text: one section). The merged
   section carries the LAST heading of the run (its id slug, `heading`, `heading_depth`,
   and its number: ids number the cuts, preamble included, before merging, so a merged
   title's number is skipped and every other section keeps the id it had without the
   rule: `# Demo`, `## When to use` with text gives `s01-when-to-use`, no `s00`)
   and its head (`heading_line`) is everything up to the end of that heading: the
-  earlier headings and the blank lines between them are re-attached byte-exact like a
-  heading line. A run that reaches the end of the body stays one section of its own
+  earlier headings, their lead-ins and the blank lines between them are re-attached
+  byte-exact like a heading line. A run that reaches the end of the body stays one section of its own
   (not merged backwards: inside the body of the section before it, an edit of that
   body would drop it). `section_outline` still lists every cutting heading, merged
   ones included, so no edit can delete or alter them.
@@ -80,7 +82,7 @@ class _Block:
     start: int  # offset of the block's first line in the full text
     heading: str | None = None
     depth: int | None = None
-    end: int = 0  # offset just after the block's last line (used for headings)
+    end: int = 0  # offset just after the block's last line (headings and lead-ins)
     lead_in: bool = False  # a paragraph whose text ends with ':'
     rule: bool = False  # a thematic break (`---`, `***`)
 
@@ -167,12 +169,12 @@ def _top_level_blocks(text: str, base: int = 0) -> list[_Block]:
         if token.level != 0 or token.nesting < 0 or token.map is None:
             continue
         start = base + starts[token.map[0]]
+        end = base + (starts[token.map[1]] if token.map[1] < len(starts) else len(text))
         if token.type == "heading_open":
-            end = base + (starts[token.map[1]] if token.map[1] < len(starts) else len(text))
             blocks.append(_Block(start, _fold(tokens[index + 1].content), int(token.tag[1:]), end))
         else:
             lead_in = token.type == "paragraph_open" and _is_lead_in(tokens[index + 1])
-            blocks.append(_Block(start, lead_in=lead_in, rule=token.type == "hr"))
+            blocks.append(_Block(start, end=end, lead_in=lead_in, rule=token.type == "hr"))
     return blocks
 
 
@@ -254,12 +256,26 @@ def _section(text: str, index: int, start: int, end: int, cut: _Block | None) ->
     )
 
 
-def _groups(text: str, spans: list[tuple[int, _Block | None]], ends: list[int]) -> list[tuple[int, int, int]]:
+def _only_lead_ins(text: str, blocks: list[_Block], start: int, end: int) -> bool:
+    """`text[start:end]` holds nothing but blank lines and lead-in paragraphs (none at all counts)."""
+    position = start
+    for block in (b for b in blocks if start <= b.start < end):
+        if not (block.lead_in and _is_blank(text[position : block.start])):
+            return False
+        position = block.end
+    return _is_blank(text[position:end])
+
+
+def _groups(
+    text: str, blocks: list[_Block], spans: list[tuple[int, _Block | None]], ends: list[int]
+) -> list[tuple[int, int, int]]:
     """(first span, last span, carrying span) of each section once heading-only spans merge."""
 
     def heading_only(index: int) -> bool:
+        # A heading with nothing under it but a lead-in ("four main phases:") introduces
+        # the section after it just as a bare heading does.
         cut = spans[index][1]
-        return cut is not None and _is_blank(text[cut.end : ends[index]])
+        return cut is not None and _only_lead_ins(text, blocks, cut.end, ends[index])
 
     groups: list[tuple[int, int, int]] = []
     first: int | None = None  # first span of a run of heading-only spans
@@ -287,7 +303,7 @@ def cut_sections(text: str) -> list[Unit]:
     ends = [start for start, _ in spans[1:]] + [len(text)]
     return [
         _section(text, carrier, spans[first][0], ends[last], spans[carrier][1])
-        for first, last, carrier in _groups(text, spans, ends)
+        for first, last, carrier in _groups(text, blocks, spans, ends)
     ]
 
 
@@ -353,9 +369,9 @@ def heading_line(unit: Unit) -> str:
     """A section's head: blank lines before its heading, then its heading line(s).
 
     The ATX line or the setext pair comes with its line ending. A section merged from
-    heading-only ones starts with their headings: its head runs through the last heading
-    of the leading run of headings whose depth is at most its own (any deeper heading
-    there is a sub-heading of its body). Empty for the preamble and for paragraphs,
+    heading-only ones starts with their headings (and the lead-ins under them): its head
+    runs through the last heading of the leading run of headings whose depth is at most
+    its own (any deeper heading there is a sub-heading of its body). Empty for the preamble and for paragraphs,
     whose whole text is their body.
     """
     if unit.level != "section" or unit.heading is None:
@@ -363,8 +379,10 @@ def heading_line(unit: Unit) -> str:
     # A section starts at its head, so parsing it alone finds the same headings.
     head_end = None
     for block in _top_level_blocks(unit.text):
+        if block.depth is None and (head_end is not None or not block.lead_in):
+            break  # merged heading-only sections may hold lead-ins before the carrying heading
         if block.depth is None:
-            break
+            continue
         if unit.heading_depth is None or block.depth <= unit.heading_depth:
             head_end = block.end if block.heading == unit.heading else None
     if head_end is None:
