@@ -11,7 +11,10 @@ from pathlib import Path
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.records import RolloutsRecord
+from deep_pipeline.core.growth import signed
+from deep_pipeline.defs.pages import growth_meta
 from deep_pipeline.engine.settings import effective_config, load_deployment
+from deep_pipeline.engine.status import compile_status, format_status
 from deep_pipeline.engine.steps import run_step, run_steps
 from deep_pipeline.report.gather import gather
 from deep_pipeline.report.render import render
@@ -55,6 +58,12 @@ def test_the_weakest_cell_in_a_reference_file_edits_that_file_and_keeps_every_ot
     assert f"+{MARK}-{GUIDE_TONE}" in stored["changed_files"]["references/guide.md"]
     html = render(gather(ctx.cdir))
     assert "S_final/references/guide.md" in html and f"{MARK}-{GUIDE_TONE}" in html
+    # The edit's growth is the guide's, and says so wherever it is shown.
+    (accepted,) = report.decisions
+    grown = f"{signed(accepted.growth_chars)} chars, {signed(accepted.growth_lines)} lines in references/guide.md"
+    assert accepted.growth_chars > 0 and grown in html
+    assert f"growth: {grown}" in format_status(compile_status(ctx))
+    assert growth_meta(accepted)["growth_file"].value == "references/guide.md"
     # The final_skill asset's page names the changed file with its diff (SKILL.md's own diff as before).
     from deep_pipeline.defs.assets.output import _other_files
     meta = _other_files(ctx.cdir.unit_files(), final)
@@ -72,6 +81,7 @@ def test_a_single_file_compile_writes_no_file_fields(tmp_path, scripted_llm):
     run_steps(ctx, run_step)
     texts = [p.read_text(encoding="utf-8") for p in ctx.cdir.path.rglob("*.json")]
     assert not any('"file"' in t or '"files"' in t or "unread_files" in t or "changed_files" in t for t in texts)
+    assert "opened_files" not in ctx.cdir.report_path.read_text(encoding="utf-8")  # its report reads as before
 
 
 AGENT = Path(__file__).parent / "agents" / "skill_reader_agent.py"
@@ -104,6 +114,11 @@ def test_cells_of_a_file_no_rollout_opened_are_not_selected(tmp_path, scripted_l
     first = report.decisions[0]
     rollouts = read_model(ctx.cdir.iteration_dir(first.level, first.index) / "rollouts.json", RolloutsRecord)
     assert {tuple(u.opened_files) for u in rollouts.skill_use} == {("SKILL.md",)}
+    # The report counts, per iteration, the rollouts that opened each file.
+    stored = json.loads(ctx.cdir.report_path.read_text(encoding="utf-8"))
+    traces = len(rollouts.skill_use)
+    assert stored["skill_use"][0]["opened_files"] == {"SKILL.md": traces}
+    assert f"opened SKILL.md {traces}/{traces}" in render(gather(ctx.cdir))
     assert (ctx.cdir.final_skill / "references" / "guide.md").read_bytes() == (skill / "references" / "guide.md").read_bytes()
 
 

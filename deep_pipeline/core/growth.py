@@ -1,4 +1,4 @@
-"""Bloat in sight: how much an edit grows SKILL.md, and the `max_edit_growth` rule (SPEC §4, §8).
+"""Bloat in sight: how much an edit grows the file it edits (SKILL.md or a package file), and the `max_edit_growth` rule (SPEC §4, §8).
 
 Sizes are characters (of the decoded text) and lines, counted with markdown-it's line model
 (`\\n`, `\\r\\n`, `\\r` each end a line; a last line without an ending counts too), the model
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from markdown_it.rules_core.normalize import NEWLINES_RE
 
-from deep_pipeline.core.models import Record
+from deep_pipeline.core.models import SKILL_FILE, Record
 
 
 def line_count(text: str) -> int:
@@ -47,13 +47,19 @@ def skill_size(fast_text: str, final_text: str) -> SkillSize:
 
 
 def growth(incumbent_text: str, candidate_text: str) -> tuple[int, int]:
-    """(characters, lines) the candidate SKILL.md has more than the incumbent's; negative when it shrank."""
+    """(characters, lines) the candidate file has more than the incumbent's; negative when it shrank."""
     return len(candidate_text) - len(incumbent_text), line_count(candidate_text) - line_count(incumbent_text)
 
 
 def too_large(old_unit_text: str, new_unit_text: str, max_growth: float | None) -> bool:
     """The `max_edit_growth` rule: the new unit text is longer than max_growth × the old one."""
     return max_growth is not None and len(new_unit_text) > max_growth * len(old_unit_text)
+
+
+def growth_text(chars: int, lines: int, path: str = SKILL_FILE) -> str:
+    """A growth as the status and the report print it, naming the edited file when it is not SKILL.md."""
+    where = "" if path == SKILL_FILE else f" in {path}"
+    return f"{signed(chars)} chars, {signed(lines)} lines{where}"
 
 
 def signed(value: int) -> str:

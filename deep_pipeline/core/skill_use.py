@@ -88,6 +88,22 @@ class IterationSkillUse(SkillUseShare):
 
     level: str
     index: int
+    # How many candidate rollouts opened each package file, SKILL.md first; written only for a
+    # package with other markdown files (SPEC §5's read rule), so single-file reports are as before.
+    opened_files: dict[str, int] | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_for_a_package(self, handler):
+        return omit_when_none(handler(self), self, ("opened_files",))
+
+
+def opened_counts(uses: list[SkillUse]) -> dict[str, int] | None:
+    """How many of the traces opened each package file; None when no trace could show it."""
+    known = [set(u.opened_files) for u in uses if u.opened_files is not None]
+    if not known:
+        return None
+    paths = sorted(set().union(*known), key=lambda path: (path != SKILL_FILE, path))
+    return {path: sum(path in files for files in known) for path in paths}
 
 
 def not_applicable_reason(runner: str, output_format: str = "text") -> str | None:

@@ -9,7 +9,8 @@ from urllib.parse import quote, urlencode
 import dagster as dg
 
 from deep_pipeline.core.evidence import quote_context, step_full_text
-from deep_pipeline.core.models import Cell, Comparison, Decision, RegressionClaim, ScoreMatrix, Trace
+from deep_pipeline.core.models import SKILL_FILE, Cell, Comparison, Decision, RegressionClaim, ScoreMatrix, Trace
+from deep_pipeline.core.package import file_of
 from deep_pipeline.core.panel import panel_verdicts
 from deep_pipeline.engine.compile_dir import CompileDir
 from deep_pipeline.engine.iteration_steps import level_matrix_at
@@ -86,8 +87,10 @@ def claim_kind(claim: RegressionClaim) -> str:
 
 
 def growth_meta(decision: Decision) -> dict:
-    """The edit's growth of SKILL.md (chars, lines) and the regressions kept at face value, when there are any."""
+    """The edit's growth of the file it edits (chars, lines) and the regressions kept at face value, when there are any."""
     meta = {}
+    if decision.growth_chars is not None and file_of(decision.coordinate.unit_id) != SKILL_FILE:
+        meta["growth_file"] = dg.MetadataValue.text(file_of(decision.coordinate.unit_id))
     if decision.growth_chars is not None:
         meta["growth_chars"] = dg.MetadataValue.int(decision.growth_chars)
     if decision.growth_lines is not None:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from deep_pipeline.core.config import CompileConfig
 from deep_pipeline.core.growth import skill_size
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Decision, Trace
-from deep_pipeline.core.skill_use import IterationSkillUse, share
+from deep_pipeline.core.skill_use import IterationSkillUse, opened_counts, share
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.live import LIVE, heartbeat
 from deep_pipeline.engine.records import CompileRecord, Report, RolloutsRecord, TraceBatchRecord
@@ -263,12 +263,15 @@ def skill_use_by_iteration(cdir, events) -> list[IterationSkillUse]:
     Read from rollouts.json for people to see; no decision reads it.
     """
     shares = []
+    package = bool(cdir.unit_files())  # a package with markdown files beside SKILL.md
     for decision in (e for e in events if isinstance(e, Decision)):
         path = cdir.iteration_dir(decision.level, decision.index) / "rollouts.json"
         rollouts = read_model(path, RolloutsRecord) if path.is_file() else None
         if rollouts is not None and not rollouts.skipped:
             counts = share(rollouts.skill_use)
-            shares.append(IterationSkillUse(level=decision.level, index=decision.index, **counts.model_dump()))
+            opened = opened_counts(rollouts.skill_use) if package else None
+            shares.append(IterationSkillUse(level=decision.level, index=decision.index, opened_files=opened,
+                                            **counts.model_dump()))
     return shares
 
 

@@ -12,8 +12,9 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel, Field
 
-from deep_pipeline.core.growth import SkillSize, signed, skill_size
-from deep_pipeline.core.models import Decision, LevelSummary
+from deep_pipeline.core.growth import SkillSize, growth_text, signed, skill_size
+from deep_pipeline.core.models import SKILL_FILE, Decision, LevelSummary
+from deep_pipeline.core.package import file_of
 from deep_pipeline.core.actions import Done, action_label
 from deep_pipeline.core.keys import batch_name, iteration_key, iteration_label, matrix_key, parse_key, rollout_batch
 from deep_pipeline.engine.context import CompileHandle
@@ -33,8 +34,9 @@ class DecisionRow(BaseModel):
     candidate_score: float | None = None
     delta: float | None = None
     task_deltas: dict[str, float] | None = None  # a task set's (SPEC §11)
-    growth_chars: int | None = None  # the edit's growth of SKILL.md (core/growth.py)
+    growth_chars: int | None = None  # the edit's growth of the file it edits (core/growth.py)
     growth_lines: int | None = None
+    growth_file: str = SKILL_FILE  # the file the edit grew
 
 
 class CompileStatus(BaseModel):
@@ -61,7 +63,7 @@ def compile_status(ctx: CompileHandle) -> CompileStatus:
         DecisionRow(
             number=n, iteration=iteration_label(d.level, d.index), coordinate=str(d.coordinate), accepted=d.accepted,
             reason=d.reason, incumbent_score=d.incumbent_score, candidate_score=d.candidate_score, delta=d.delta,
-            task_deltas=d.task_deltas, growth_chars=d.growth_chars, growth_lines=d.growth_lines,
+            task_deltas=d.task_deltas, growth_chars=d.growth_chars, growth_lines=d.growth_lines, growth_file=file_of(d.coordinate.unit_id),
         )
         for n, d in enumerate(state.decisions, start=1)
     ]
@@ -126,7 +128,7 @@ def format_status(status: CompileStatus) -> str:
             outcome = "accepted" if row.accepted else "rejected"
             lines.append(f"{row.number:>3}  {row.iteration:<14} {row.coordinate:<32} {outcome:<8} {scores:<11} {row.reason}")
             if row.accepted and row.growth_chars is not None and row.growth_lines is not None:
-                lines.append(f"{'':>5}growth: {signed(row.growth_chars)} chars, {signed(row.growth_lines)} lines")
+                lines.append(f"{'':>5}growth: {growth_text(row.growth_chars, row.growth_lines, row.growth_file)}")
             if row.task_deltas:
                 lines.append(f"{'':>5}per task: " + ", ".join(f"{t} {v:+g}" for t, v in row.task_deltas.items()))
     size = status.skill_size

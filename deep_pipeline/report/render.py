@@ -10,9 +10,10 @@ from __future__ import annotations
 import difflib
 from html import escape
 
-from deep_pipeline.core.growth import signed, skill_size
+from deep_pipeline.core.growth import growth_text, signed, skill_size
 from deep_pipeline.core.keys import iteration_label
 from deep_pipeline.core.models import Cell, ScoreMatrix
+from deep_pipeline.core.package import file_of
 from deep_pipeline.core.panel import panel_verdicts
 from deep_pipeline.engine.records import MatrixRecord
 from deep_pipeline.report.decisions import edit_diffs, score_chart
@@ -159,7 +160,7 @@ def _decision_row(view: IterationView) -> str:
     reason = d.reason + (f" (unverified, face value: {'; '.join(d.unverified_regressions)})"
                          if d.unverified_regressions else "")
     texts = [iteration_label(d.level, d.index), str(d.coordinate), outcome, reason, scores, delta, calls,
-             disagree, skill_use(view), growth_text(d), d.edit_summary or "–"]
+             disagree, skill_use(view), growth_cell(d), d.edit_summary or "–"]
     tds = "".join(f'<td class="{cls}">{cell}</td>' for cls, cell in zip(_TIMELINE_CLASSES, [number, *map(esc, texts)]))
     return f'<tr id="decision-{view.number}" class="{outcome}">{tds}</tr>'
 
@@ -168,11 +169,11 @@ _TIMELINE_CLASSES = ("num", "iteration", "coordinate", "outcome", "reason", "sco
                      "disagree", "skill-use", "growth", "edit")
 
 
-def growth_text(d) -> str:
-    """The edit's growth of SKILL.md; – when no valid edit was written (or the record predates it)."""
+def growth_cell(d) -> str:
+    """The edit's growth of the file it edits; – when no valid edit was written (or the record predates it)."""
     if d.growth_chars is None or d.growth_lines is None:
         return "–"
-    return f"{signed(d.growth_chars)} chars, {signed(d.growth_lines)} lines"
+    return growth_text(d.growth_chars, d.growth_lines, file_of(d.coordinate.unit_id))
 
 
 def skill_use(view: IterationView) -> str:
@@ -182,7 +183,8 @@ def skill_use(view: IterationView) -> str:
     if use.read_skill is None:
         return f"n/a: {use.traces} traces without tool calls"
     quoted = f", quoted the unit {use.quoted_unit}/{use.traces}" if use.quoted_unit is not None else ""
-    return f"read the skill {use.read_skill}/{use.traces}{quoted}"
+    opened = "".join(f"; opened {path} {n}/{use.traces}" for path, n in (use.opened_files or {}).items())
+    return f"read the skill {use.read_skill}/{use.traces}{quoted}{opened}"
 
 
 # -- diff, evidence, usage, evaluation ---------------------------------------------------
