@@ -50,10 +50,34 @@ def test_three_rollouts_are_three_samples_with_skill_in_the_system_prompt(tmp_pa
         assert (trace.agent, trace.model, trace.error_category) == ("chat", "scripted/agent", None)
         assert [s.source for s in trace.steps] == ["system", "user", "agent"]
         assert "Count 5-7-5 syllables." in trace.steps[0].text
-        assert "references/meter.md" in trace.steps[0].text  # the other files are named
+        # A reference file is a unit (SPEC §4): the agent cannot open it, so it gets its text.
+        assert '<skill name="haiku" file="references/meter.md">\n5-7-5\n\n</skill>' in trace.steps[0].text
         assert trace.steps[1].text == PROMPT and trace.steps[2].text == trace.final_output
         assert trace.prompt_tokens and trace.completion_tokens
         assert (tmp_path / "raw" / str(index) / "response.txt").read_text() == trace.final_output
+
+
+def test_the_prompt_shows_the_unit_files_in_full_and_names_the_rest(tmp_path, package):
+    from deep_pipeline.rollouts.chat import chat_messages
+
+    task = RolloutTask(prompt=PROMPT, skill_name="haiku")
+    (package / "scripts").mkdir()
+    (package / "scripts" / "count.py").write_text("print(5)\n")
+    (package / "notes.md").write_text("a note SKILL.md never names\n")
+    system = chat_messages(package, task)[0]["content"]
+    assert "5-7-5\n\n</skill>" in system and "print(5)" not in system and "a note" not in system
+    assert "Other files in the skill package:\n- notes.md\n- scripts/count.py\n" in system
+    # An edit to the reference file reaches the agent.
+    (package / "references" / "meter.md").write_text("5-7-5, and a kigo\n")
+    assert "5-7-5, and a kigo" in chat_messages(package, task)[0]["content"]
+    # SKILL.md alone: the prompt it always had, with no file section at all.
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "SKILL.md").write_text(SKILL)
+    assert chat_messages(single, task)[0]["content"] == (
+        "You are an agent working on a task. The skill `haiku` is installed for you; follow it where it applies."
+        f'\n\n<skill name="haiku" file="SKILL.md">\n{SKILL}\n</skill>\n\n'
+        "Answer the task directly: you cannot run commands or open files.")
 
 
 def test_rerun_of_a_batch_is_served_from_the_cache(tmp_path, package, scripted_llm):

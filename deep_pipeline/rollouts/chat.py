@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from deep_pipeline.core.keys import rollout_call_key
-from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace, TraceStep
+from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, SKILL_FILE, Trace, TraceStep
+from deep_pipeline.core.package import unit_files
 from deep_pipeline.rollouts.base import (
     Progress,
     Verify,
@@ -37,16 +38,32 @@ follow it where it applies.
 <skill name="{name}" file="SKILL.md">
 {skill}
 </skill>
-{files}
+{references}{files}
 Answer the task directly: you cannot run commands or open files."""
 
 
+REFERENCE = """<skill name="{name}" file="{path}">
+{text}
+</skill>
+"""
+
+
 def chat_messages(package_dir: Path, task: RolloutTask) -> list[dict]:
-    """System: SKILL.md and the names of the package's other files. User: the task prompt."""
-    skill = (package_dir / "SKILL.md").read_text(encoding="utf-8")
-    others = [p.as_posix() for p in package_files(package_dir) if p.as_posix() != "SKILL.md"]
+    """System: SKILL.md, the package's markdown files that are units, and the names of the rest.
+
+    The agent cannot open a file, so the reference files it is sent to (core/package.py's unit
+    files) are in the prompt in full: an edit to one of them reaches the rollouts, as SPEC §5's
+    read rule assumes of a runner whose traces show no tool calls. A package of SKILL.md alone
+    gets the very prompt it always got. User: the task prompt.
+    """
+    skill = (package_dir / SKILL_FILE).read_text(encoding="utf-8")
+    paths = [p.as_posix() for p in package_files(package_dir)]
+    shown = unit_files(skill, paths)
+    references = "".join(REFERENCE.format(name=task.skill_name, path=path,
+                                          text=(package_dir / path).read_text(encoding="utf-8")) for path in shown)
+    others = [p for p in paths if p != SKILL_FILE and p not in shown]
     files = ("\nOther files in the skill package:\n" + "\n".join(f"- {p}" for p in others) + "\n") if others else ""
-    system = SYSTEM_PROMPT.format(name=task.skill_name, skill=skill, files=files)
+    system = SYSTEM_PROMPT.format(name=task.skill_name, skill=skill, references=references, files=files)
     return [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}]
 
 
