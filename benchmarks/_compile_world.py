@@ -33,6 +33,8 @@ from deep_pipeline.core.models import Trace, TraceStep
 EDITOR, COLUMN_JUDGE, COMPARE_JUDGE = "bench-editor", "bench-column", "bench-compare"
 TASK = "Write this week's status update in three lines: progress, plans, problems."
 EFFECTS, EFFECT_WEIGHTS = (1, 0, -1), (0.4, 0.3, 0.3)
+# The judge panel's three models: (noise, position bonus) as multiples of the world's sigma and b.
+PANEL_SCALES = ((0.8, 0.5), (1.0, 1.0), (1.2, 1.5))
 CORRECTNESS = DEFAULT_DIMENSIONS[0].name
 SECTIONS = ("Setup", "Gather", "Write", "Check")
 MARKER = re.compile(r"\{rev (?P<tag>[0-9a-f]+) (?P<unit>[A-Za-z0-9-]+)/(?P<dim>[a-z_]+) (?P<effect>[+-]\d)\}")
@@ -158,6 +160,17 @@ class World:
         """The comparator: each side's true quality + N(0, sigma) + b for side A, an invented
         claim against the candidate with probability `invent_rate` (no valid evidence), and the
         candidate's new error lines cited with their real step and quote."""
+        return self._compare(request, self.sigma, self.bonus, "")
+
+    def panel_member(self, index: int):
+        """Judge panel model `index` (0, 1, 2): a comparator of its own with its own noise and
+        position bonus, PANEL_SCALES[index] times the world's, so the panel's mean is the world's
+        and its members disagree as models of different families do."""
+        scale_sigma, scale_bonus = PANEL_SCALES[index]
+        return lambda request: self._compare(request, self.sigma * scale_sigma, self.bonus * scale_bonus,
+                                             f"panel{index}")
+
+    def _compare(self, request, sigma: float, bonus: float, who: str) -> dict:
         text = request.last_user
         unit_id = re.search(r"^# Unit (\S+)$", text, re.M).group(1)
         dimension = re.search(r"^# Dimension: (\S+)$", text, re.M).group(1)
@@ -167,15 +180,16 @@ class World:
         inc = "B" if cand == "A" else "A"
         # Calls on the same comparison in the same order: each its own draw (a sample, a panel
         # member, another pair), whatever key or wording the comparator gives it.
-        content = digest(sorted(sides.values()), cand)
+        # A panel model draws apart from the others; the lone comparator's draws are as they were.
+        content = digest(sorted(sides.values()), cand, *([who] if who else []))
         nth = self._asked.get(content, 0)
         self._asked[content] = nth + 1
         rng = random.Random(digest("compare", self.seed, content, nth))
         scores = {}
         for side in (cand, inc):  # candidate's noise first, as bench_gate draws it
-            shown_first = self.bonus if side == "A" else 0.0
+            shown_first = bonus if side == "A" else 0.0
             true = self.truth(unit_id, dimension, sides[side])
-            scores[side] = clip(true + self.sigma * rng.gauss(0, 1) + shown_first)
+            scores[side] = clip(true + sigma * rng.gauss(0, 1) + shown_first)
         claims = [NoisyJudge._invented(rng, cand)] if rng.random() < self.invent_rate else []
         claims += self._real_errors(text, cand, tags[cand] - tags[inc])
         return {"evidence_a": [], "evidence_b": [],

@@ -24,8 +24,11 @@ Gates, each a CompileConfig (S_fast and the world are the same for every gate of
 - original: compare_orders 1, compare_samples 1, regressions_need_evidence false;
 - two-orders: both orders once, compare_max_pairs 1 (the default before the sequential rule);
 - default: today's CompileConfig defaults (the sequential comparison, compare_max_pairs 3);
-- panel3: a panel of 3 independent judges, emulated as compare_samples 3 (both orders, one
-  pair) with independent noise per sample;
+- panel3: a judge panel of 3 scripted models (`compare_models`, core/panel.py) under the
+  sequential comparison: pair k is asked of model k mod 3, each model with its own noise and
+  position bonus (0.8 / 1.0 / 1.2 x sigma, 0.5 / 1.0 / 1.5 x b: _compile_world.PANEL_SCALES);
+- samples3: three independent samples of one judge per order, one pair (compare_samples 3,
+  6 calls), each sample its own draw: what panel3 was emulated as before the panel existed;
 - oracle: knows each edit's true effect and accepts exactly the good ones (the ceiling).
 
 Per gate and (sigma, b): the mean true gain of S_final over S_fast (sum of the true quality
@@ -54,6 +57,7 @@ from benchmarks._compile_world import (  # noqa: E402
     COLUMN_JUDGE,
     COMPARE_JUDGE,
     EDITOR,
+    PANEL_SCALES,
     TASK,
     World,
     new_edit,
@@ -78,8 +82,10 @@ from tests.scripted_llm import ScriptedLLM, install, uninstall  # noqa: E402
 
 SETTINGS = ((0.5, 0.0), (0.5, 1.0), (1.0, 0.5))
 SEEDS = 60
-PANEL_NOTE = ("panel3 emulates a panel of 3 independent judges as compare_samples 3 (both orders, 6 calls): "
-              "each sample draws its own noise")
+PANEL = tuple(f"{COMPARE_JUDGE}-{index}" for index in range(len(PANEL_SCALES)))  # the panel's scripted models
+PANEL_NOTE = ("panel3: compare_models of 3 scripted models, pair k asked of model k mod 3, their noise and position "
+              "bonus " + " / ".join(f"{s:g}x sigma, {b:g}x b" for s, b in PANEL_SCALES) + "; samples3: "
+              "compare_samples 3 of one judge, one pair (6 calls), each sample its own draw")
 
 
 def gate_configs() -> dict[str, dict | None]:
@@ -88,13 +94,14 @@ def gate_configs() -> dict[str, dict | None]:
         "original": {"compare_orders": 1, "compare_samples": 1, "regressions_need_evidence": False},
         "two-orders": {"compare_orders": 2, "compare_max_pairs": 1},
         "default": {},
-        "panel3": {"compare_samples": 3, "compare_max_pairs": 1},
+        "panel3": {"compare_models": tuple(f"scripted/{model}" for model in PANEL)},
+        "samples3": {"compare_samples": 3, "compare_max_pairs": 1},
         "oracle": None,
     }
     return gates
 
 
-GATES = ("original", "two-orders", "default", "panel3", "oracle")
+GATES = ("original", "two-orders", "default", "panel3", "samples3", "oracle")
 
 
 @dataclass
@@ -115,10 +122,11 @@ class CompileResult:
 class _Ctx:
     """What the engine's iteration steps read of a CompileHandle, over in-memory batches."""
 
-    def __init__(self, key: str, config: CompileConfig, judge: ModelClient, editor: ModelClient) -> None:
+    def __init__(self, key: str, config: CompileConfig, judge: ModelClient, editor: ModelClient,
+                 panel: list[ModelClient] | None) -> None:
         self.cdir = SimpleNamespace(key=key)
         self.config = config
-        self.services = SimpleNamespace(judge=judge, editor=editor, panel=None)  # Services: no judge panel
+        self.services = SimpleNamespace(judge=judge, editor=editor, panel=panel)  # engine/services.Services
         self.editor_prompt = TASK
         self.task = TrainingTask(name="status-update", prompt=TASK, task_dir=None, bundle=None, label=None)
         self.batches: dict[str, list] = {}
@@ -142,8 +150,10 @@ class Compile:
                                cache_dir=cache, retries=0, backoff_s=0)
 
         self.judge = client(COLUMN_JUDGE, "judge", config.judge_max_tokens)
+        panel = ([client(model.split("/", 1)[1], "judge", config.judge_max_tokens) for model in config.compare_models]
+                 if config.compare_models else None)
         self.ctx = _Ctx(key, config, client(COMPARE_JUDGE, "judge", config.judge_max_tokens),
-                        client(EDITOR, "editor", config.editor_max_tokens))
+                        client(EDITOR, "editor", config.editor_max_tokens), panel)
         self.result = CompileResult(gain=0)
 
     def run(self) -> CompileResult:
@@ -231,11 +241,13 @@ def run_compile(seed: int, sigma: float, bonus: float, gate: str, invent_rate: f
     provider = _provider()
     provider.reset()
     provider.always(EDITOR, world.editor).always(COLUMN_JUDGE, world.column).always(COMPARE_JUDGE, world.compare)
+    for index, model in enumerate(PANEL):
+        provider.always(model, world.panel_member(index))
     # One key for every gate: the seeded A/B orders (order_seed of the iteration key) are the same.
     key = compile_key("bench", sha256_text(f"{seed}/{sigma}/{bonus}/{invent_rate}"))
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as cache:
         result = Compile(world, config, overrides is None, Path(cache), key).run()
-    result.compare_calls = len(provider.requests_for(COMPARE_JUDGE))
+    result.compare_calls = sum(len(provider.requests_for(model)) for model in (COMPARE_JUDGE, *PANEL))
     result.column_calls = len(provider.requests_for(COLUMN_JUDGE))
     result.editor_calls = len(provider.requests_for(EDITOR))
     if provider.unscripted:
@@ -359,7 +371,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     asked = [name for names in (args.gate or [list(GATES)]) for name in names]
     gates = [name for name in GATES if name in asked]
     notes = []
-    if "panel3" in gates:
+    if "panel3" in gates or "samples3" in gates:
         notes.append(PANEL_NOTE)
     started = time.monotonic()
     try:

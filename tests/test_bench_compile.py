@@ -31,13 +31,13 @@ def test_the_table_has_every_gate_with_gain_kept_shares_and_calls(bench, noisy):
     rows, out = noisy
     assert ("| gate | sigma | b | true gain ± se | % of oracle | good kept % | neutral kept % | harmful kept % "
             "| judge calls / comparison |") in out
-    expected = ["original", "two-orders", "default", "panel3", "oracle"]
+    expected = ["original", "two-orders", "default", "panel3", "samples3", "oracle"]
     assert [row.gate for row in rows] == expected
     for row in rows:
         assert f"| {row.gate} | 1 | 0.5 |" in out
         assert row.seeds == 2 and sum(row.edits.values()) > 0
         assert all(0 <= share <= 1 for share in (row.kept_good, row.kept_neutral, row.kept_harmful))
-    assert "panel3 emulates a panel of 3 independent judges as compare_samples 3" in out
+    assert "panel3: compare_models of 3 scripted models, pair k asked of model k mod 3" in out
 
 
 def test_the_oracle_keeps_exactly_the_good_edits(noisy):
@@ -61,7 +61,32 @@ def test_calls_per_comparison_are_counted_by_the_scripted_provider(noisy):
     assert gates["original"].calls_per_comparison == 1
     assert gates["two-orders"].calls_per_comparison == 2
     assert 2 <= gates["default"].calls_per_comparison <= 6  # the sequential rule: 1 to 3 pairs
-    assert gates["panel3"].calls_per_comparison == 6
+    assert gates["samples3"].calls_per_comparison == 6
+    # the panel asks pairs sequentially: a rejection may stop after one, an acceptance hears all three
+    assert 2 <= gates["panel3"].calls_per_comparison <= 6
+
+
+def test_the_panel_gate_asks_each_of_its_three_models_through_compare_models(bench):
+    provider = bench._provider()
+    seen = {}
+    original = provider.reset
+
+    def keep_counts():  # run_compile resets the provider after counting: read the requests first
+        for model in bench.PANEL + (bench.COMPARE_JUDGE,):
+            seen[model] = seen.get(model, 0) + len(provider.requests_for(model))
+        original()
+
+    provider.reset = keep_counts
+    try:
+        result = bench.run_compile(1, 0.5, 1.0, "panel3")
+    finally:
+        provider.reset = original
+    assert result.comparisons > 0
+    assert seen[bench.COMPARE_JUDGE] == 0  # the judge model answers no comparison of a panel
+    assert all(seen[model] > 0 for model in bench.PANEL), seen
+    assert sum(seen[model] for model in bench.PANEL) == result.compare_calls
+    # pair 0 goes to the first model: it answers every comparison's first pair, both orders
+    assert seen[bench.PANEL[0]] >= 2 * result.comparisons
 
 
 @pytest.fixture(scope="module")
