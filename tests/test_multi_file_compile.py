@@ -62,7 +62,15 @@ def test_the_weakest_cell_in_a_reference_file_edits_that_file_and_keeps_every_ot
     (accepted,) = report.decisions
     grown = f"{signed(accepted.growth_chars)} chars, {signed(accepted.growth_lines)} lines in references/guide.md"
     assert accepted.growth_chars > 0 and grown in html
-    assert f"growth: {grown}" in format_status(compile_status(ctx))
+    status_text = format_status(compile_status(ctx))
+    assert f"growth: {grown}" in status_text
+    # The size of the edited file, S_fast's against S_final's, beside SKILL.md's (the report's head, status).
+    before = (skill / "references" / "guide.md").read_text(encoding="utf-8")
+    size = (f"S_fast {len(before)} chars, {before.count(chr(10))} lines → S_final {len(guide)} chars, "
+            f"{guide.count(chr(10))} lines ({signed(len(guide) - len(before))} chars")
+    assert f"<dt>references/guide.md size</dt><dd>{size}" in html
+    assert f"references/guide.md: {size.replace('→ S_final', '-> now')}" in status_text
+    assert compile_status(ctx).file_sizes["references/guide.md"].final_chars == len(guide)
     assert growth_meta(accepted)["growth_file"].value == "references/guide.md"
     # The final_skill asset's page names the changed file with its diff (SKILL.md's own diff as before).
     from deep_pipeline.defs.assets.output import _other_files

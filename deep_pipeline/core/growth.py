@@ -46,6 +46,12 @@ def skill_size(fast_text: str, final_text: str) -> SkillSize:
                      final_chars=len(final_text), final_lines=line_count(final_text))
 
 
+def size_text(size: SkillSize, final: str = "S_final", arrow: str = "→") -> str:
+    """A file's size in S_fast against `final` (S_final, or "now" while the compile runs), as people read it."""
+    return (f"S_fast {size.fast_chars} chars, {size.fast_lines} lines {arrow} {final} {size.final_chars} chars, "
+            f"{size.final_lines} lines ({signed(size.growth_chars)} chars, {signed(size.growth_lines)} lines)")
+
+
 def growth(incumbent_text: str, candidate_text: str) -> tuple[int, int]:
     """(characters, lines) the candidate file has more than the incumbent's; negative when it shrank."""
     return len(candidate_text) - len(incumbent_text), line_count(candidate_text) - line_count(incumbent_text)

@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel, Field
 
-from deep_pipeline.core.growth import SkillSize, growth_text, signed, skill_size
+from deep_pipeline.core.growth import SkillSize, growth_text, size_text, skill_size
 from deep_pipeline.core.models import SKILL_FILE, Decision, LevelSummary
-from deep_pipeline.core.package import file_of
+from deep_pipeline.core.package import changed_files, file_of
 from deep_pipeline.core.actions import Done, action_label
 from deep_pipeline.core.keys import batch_name, iteration_key, iteration_label, matrix_key, parse_key, rollout_batch
 from deep_pipeline.engine.context import CompileHandle
@@ -52,6 +52,8 @@ class CompileStatus(BaseModel):
     decisions: list[DecisionRow] = Field(default_factory=list)
     usage: Usage
     skill_size: SkillSize  # SKILL.md now (S_final once finalized) against S_fast's
+    # Each other markdown file the decisions edited (core/package.py), its size now against S_fast's.
+    file_sizes: dict[str, SkillSize] = Field(default_factory=dict)
     records: dict[str, str]  # what -> path
 
 
@@ -85,6 +87,8 @@ def compile_status(ctx: CompileHandle) -> CompileStatus:
         next_step=None if finalized else action_label(action),
         levels=state.level_summaries(), decisions=rows, usage=cdir.usage(),
         skill_size=skill_size(cdir.skill_text(), state.current_skill_text), records=records,
+        file_sizes={path: skill_size(state.input_files[path], text)
+                    for path, text in sorted(changed_files(state.input_files, state.current_files).items())},
     )
 
 
@@ -131,9 +135,8 @@ def format_status(status: CompileStatus) -> str:
                 lines.append(f"{'':>5}growth: {growth_text(row.growth_chars, row.growth_lines, row.growth_file)}")
             if row.task_deltas:
                 lines.append(f"{'':>5}per task: " + ", ".join(f"{t} {v:+g}" for t, v in row.task_deltas.items()))
-    size = status.skill_size
-    lines += ["", f"SKILL.md: S_fast {size.fast_chars} chars, {size.fast_lines} lines -> now {size.final_chars} chars, "
-                  f"{size.final_lines} lines ({signed(size.growth_chars)} chars, {signed(size.growth_lines)} lines)"]
+    lines += ["", f"SKILL.md: {size_text(status.skill_size, 'now', '->')}"]
+    lines += [f"{path}: {size_text(size, 'now', '->')}" for path, size in status.file_sizes.items()]
     usage = status.usage
     cost = cost_text(usage.cost_usd)
     lines += [f"model calls: {usage.calls}, {usage.prompt_tokens + usage.completion_tokens} tokens, {cost}"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from html import escape
 
-from deep_pipeline.core.growth import growth_text, signed, skill_size
+from deep_pipeline.core.growth import growth_text, signed, size_text, skill_size
 from deep_pipeline.core.keys import iteration_label
 from deep_pipeline.core.models import Cell, ScoreMatrix
 from deep_pipeline.core.package import file_of
@@ -58,6 +58,7 @@ def header(page: ReportPage) -> str:
              ("editor model", r.editor_model), ("S_fast package", r.input_package_hash),
              ("S_final package", r.final_package_hash), ("S_final", r.final_skill_dir),
              ("SKILL.md size", size_fact(page)),
+             *((f"{path} size", size_text(skill_size(fast, final))) for path, fast, final in page.file_diffs),
              ("verifier signal used", str(r.verifier_signal_used).lower()), ("finished", r.finished_at),
              ("records", str(page.folder))]
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
@@ -66,9 +67,7 @@ def header(page: ReportPage) -> str:
 
 def size_fact(page: ReportPage) -> str:
     """S_final's SKILL.md against S_fast's: the report's figures, else (an older report) the two texts'."""
-    size = page.report.skill_size or skill_size(page.fast_skill, page.final_skill)
-    return (f"S_fast {size.fast_chars} chars, {size.fast_lines} lines → S_final {size.final_chars} chars, "
-            f"{size.final_lines} lines ({signed(size.growth_chars)} chars, {signed(size.growth_lines)} lines)")
+    return size_text(page.report.skill_size or skill_size(page.fast_skill, page.final_skill))
 
 
 def task_facts(record) -> list[tuple[str, str]]:
