@@ -1,4 +1,4 @@
-"""Bloat in sight (issue 24 item 4): each edit's growth of SKILL.md on the decision, in
+"""Bloat in sight (SPEC §4, §8: core/growth.py): each edit's growth of SKILL.md on the decision, in
 report.json and the HTML report; S_final's size against S_fast's; `max_edit_growth`
 rejecting an edit that grows its unit past a factor, `edit_too_large`, before any rollout."""
 

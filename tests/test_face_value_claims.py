@@ -1,4 +1,4 @@
-"""Face-value claims say so (issue 24 item 5): with `regressions_need_evidence: false`, a
+"""Face-value claims say so (SPEC §6.6 as revised, docs/spec-revisions.md): with `regressions_need_evidence: false`, a
 regression claim the traces do not bear out is kept, as the original design kept it, and
 its reason reads exactly as before — but the claim is marked `verified: false`, the decision
 lists it in `unverified_regressions`, and the decision page and the HTML report mark each
