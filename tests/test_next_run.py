@@ -48,7 +48,8 @@ def test_each_step_run_submits_the_next_and_no_step_runs_twice(tmp_path, dagster
         assert all(r.tags.get(SENSOR_NAME_TAG) == LOOP_SENSOR for r in runs)
         # the sensor launched the first; each later one was submitted by the run of the step before
         assert SUBMITTED_BY_TAG not in runs[0].tags
-        assert [r.tags.get(SUBMITTED_BY_TAG) for r in runs[1:]] == [r.run_id for r in runs[:-1]]
+        chain = [r.tags.get(SUBMITTED_BY_TAG) for r in runs[1:]]
+        assert chain == [r.run_id for r in runs[:-1]], next_step_lines(instance, runs, log)
         # one run per run key: no step ran twice
         keys = Counter(r.tags[RUN_KEY_TAG] for r in runs)
         assert set(keys.values()) == {1}, keys
@@ -58,3 +59,14 @@ def test_each_step_run_submits_the_next_and_no_step_runs_twice(tmp_path, dagster
         sensor = SimpleNamespace(name=LOOP_SENSOR, get_remote_origin=lambda: state.origin)
         found = fetch_existing_runs(instance, sensor, [dg.RunRequest(run_key=k) for k in keys])
         assert {k: r.run_id for k, r in found.items()} == {r.tags[RUN_KEY_TAG]: r.run_id for r in runs}
+
+
+def next_step_lines(instance: dg.DagsterInstance, runs: list, daemon_log: str) -> str:
+    """What each run said about its next step, and the sensor's lines: why a link of the chain is missing."""
+    lines = []
+    for run in runs:
+        said = [e.user_message for e in instance.all_logs(run.run_id)
+                if "next step" in (e.user_message or "") or "deep-pipeline" in (e.user_message or "")]
+        lines.append(f"{run.job_name} {run.run_id[:8]} submitted_by={run.tags.get(SUBMITTED_BY_TAG, '-')[:8]}: {said}")
+    sensor = [line for line in daemon_log.splitlines() if "compile_loop" in line or "SensorDaemon" in line]
+    return "\n".join(lines + sensor[-40:])

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from deep_pipeline.core.retry import FailedRun, RetryPlan, plan_retry
+from deep_pipeline.runtime.sweep import IN_FLIGHT
 from deep_pipeline.runtime.tags import COMPILE_TAG
 from deep_pipeline.engine.steps import Step
 from deep_pipeline.errors import one_line
@@ -48,6 +49,19 @@ def plan_step(instance: dg.DagsterInstance, step: Step, attempts: int, backoff_s
                         failure_reason(instance, r.dagster_run.run_id))
               for r in records if r.dagster_run.status == dg.DagsterRunStatus.FAILURE]
     return plan_retry(failed, attempts, backoff_s, now)
+
+
+def run_in_flight(instance: dg.DagsterInstance, compile_key: str) -> dg.DagsterRun | None:
+    """A run of the compile that is queued or running, if any: it carries the compile on.
+
+    The sensor reads a step's ending materialization a tick late, so that tick can fall while
+    the next step's run (submitted by the step's own run, runtime/next_run.py) is running; it
+    would then ask for the step after that itself. While a run is in flight the sensor leaves
+    the compile to it and looks again every tick until none is.
+    """
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={COMPILE_TAG: compile_key},
+                                                   statuses=[dg.DagsterRunStatus.QUEUED, *IN_FLIGHT]), limit=1)
+    return runs[0] if runs else None
 
 
 def compiles_failed_since(instance: dg.DagsterInstance, since: float | None, now: float) -> tuple[set[str], float]:

@@ -6,7 +6,11 @@ and the compile keys already seen, so each tick only looks at compiles that chan
 The run key `<step kind>:<partition key>` makes a repeated or concurrent tick harmless:
 Dagster never launches a run key twice. A step run it launched submits the next step itself
 as it ends (runtime/next_run.py, same run key and tags): the sensor then finds that run queued
-and asks nothing; it is the backstop after a crash, a restart or an error there. A step whose run failed outside its own work (a
+and asks nothing; it is the backstop after a crash, a restart or an error there. While a run of
+a compile is queued or running the sensor leaves the compile to it (defs/retries.py
+`run_in_flight`) and looks at it again every tick until none is: a tick reads a step's ending
+materialization late, when the next step's run may already be running, and must not ask for
+the step after that. A step whose run failed outside its own work (a
 launch failure, a killed worker) is asked for again under `<run key>:<n>`, n its failed runs
 so far, up to `step_launch_attempts` runs with backoff (core/retry.py, defs/retries.py).
 """
@@ -20,7 +24,7 @@ import dagster as dg
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.jobs import ASSET_JOBS
 from deep_pipeline.core.retry import RetryPlan, gave_up_line, waiting_line
-from deep_pipeline.defs.retries import compiles_failed_since, plan_step
+from deep_pipeline.defs.retries import compiles_failed_since, plan_step, run_in_flight
 from deep_pipeline.runtime.driver_lock import driven_elsewhere
 from deep_pipeline.runtime.next_run import loop_request_tags
 from deep_pipeline.runtime.sweep import release_dead_runs
@@ -112,6 +116,11 @@ def compile_loop_sensor(context: dg.SensorEvaluationContext, store: CompileStore
     failed, cursor["failed_after"] = compiles_failed_since(context.instance, cursor.get("failed_after"), now)
     runs, adds, pending, why = [], [], [], []
     for key in sorted(touched_compiles(context.instance, cursor) | failed):
+        if (run := run_in_flight(context.instance, key)) is not None:
+            pending.append(key)  # looked at again every tick until no run of it is in flight
+            why.append(f"{key}: run {run.run_id[:8]} ({run.job_name}) is {run.status.value.lower()}; it carries the "
+                       "compile on")
+            continue
         try:
             ctx = store.context(key)
             if _driven_elsewhere(ctx):

@@ -38,11 +38,11 @@ from its creation on. The race, whichever comes second is dropped:
 - both checks before both creations: ours is created NOT_STARTED and looked for again by run
   key before it is submitted; if the sensor's run is there, ours is deleted unsubmitted. Left:
   the sensor's run created after that second look, its `fetch_existing_runs` having run before
-  ours was created. The sensor looks at a compile again only after a new materialization of an
-  asset that ends a step, which this run stores after this code returns (the ending asset's
-  output follows `asset_step`), or after a failed run, a new compile, or while the compile waits
-  for a retry; none of those happens to a compile while its one run is running, so the
-  sensor does not evaluate this compile in that window.
+  ours was created. The sensor does not plan a compile while any run of it is queued or running
+  (defs/retries.py `run_in_flight`), and this run is running, so the sensor asks nothing in that
+  window. (Before that check it could: a tick that read the previous step's ending
+  materialization late fell while this run was running, and asked for this run's next step
+  itself; seen under load in tests/test_next_run.py.)
 """
 
 from __future__ import annotations
