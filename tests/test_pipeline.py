@@ -107,6 +107,26 @@ def test_resume_after_finish_makes_no_new_call(env, scripted_llm, dagster_storag
     assert len(scripted_llm.requests) == calls
 
 
+def test_a_resume_of_a_finalized_compile_restores_report_html_and_removes_the_killed_writes_temp(
+        env, scripted_llm, dagster_storage):
+    # A kill in the middle of report.html's atomic write (after report.json) leaves no report.html
+    # and its temp file; the resume runs no step, and still mends both.
+    instance = dagster_storage.instance()
+    record, report = through_dagster(env, World(low={("s02-steps", "clarity"): 2}), scripted_llm, instance)
+    folder = CompileHandle.open(env / "store", record.key).cdir.path
+    (folder / "report.html").unlink(missing_ok=True)
+    orphan = folder / ".report.html.k1ll3d.tmp"
+    orphan.write_bytes(b"<!doctype html><html><head><title>half a page")
+    calls = len(scripted_llm.requests)
+    notes: list[str] = []
+
+    again = drive_compile(instance, env / "store", record.key, progress=notes.append)
+    assert decisions_of(again) == decisions_of(report) and len(scripted_llm.requests) == calls
+    assert not orphan.exists()
+    assert b"</html>" in (folder / "report.html").read_bytes()
+    assert any("wrote report.html, missing after the compile was finalized" in n for n in notes), notes
+
+
 def test_definitions_load():
     from deep_pipeline.definitions import defs
 

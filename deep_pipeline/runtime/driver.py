@@ -71,12 +71,18 @@ def drive_compile(instance: dg.DagsterInstance, root: Path, key: str, progress: 
 
 def _restore_outputs(ctx: CompileHandle, note: Callable[[str], None]) -> None:
     """Write what a finalized compile should have beside its records and lacks: report.html,
-    which the last step writes after report.json (a kill between them left it missing)."""
+    which the last step writes after report.json (a kill between them left it missing).
+
+    Under the step lock, whose entry removes the temp files a killed write left: a kill in the
+    middle of report.html's atomic write leaves its `.report.html.*.tmp`, and a resume of a
+    finalized compile runs no step that would take the lock otherwise.
+    """
     from deep_pipeline.report import write_html_report
 
-    if not ctx.cdir.html_report_path.exists():
-        write_html_report(ctx.cdir)
-        note(f"wrote {ctx.cdir.html_report_path.name}, missing after the compile was finalized")
+    with ctx.step_lock(note):
+        if not ctx.cdir.html_report_path.exists():
+            write_html_report(ctx.cdir)
+            note(f"wrote {ctx.cdir.html_report_path.name}, missing after the compile was finalized")
 
 
 def execute_with_origin(job: dg.JobDefinition, partition_key: str, instance: dg.DagsterInstance, tags: dict[str, str]):
