@@ -103,7 +103,7 @@ def inspect_json(capsys, *argv: str) -> list[dict]:
 
 
 def test_inspect_json_sections_tile_the_body_in_order(capsys):
-    from deep_pipeline.core.units import front_matter_end
+    from deep_pipeline.core.lines import front_matter_end
 
     text = (SKILL / "SKILL.md").read_text(encoding="utf-8")
     units = inspect_json(capsys, str(SKILL))

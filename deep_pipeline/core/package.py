@@ -23,7 +23,8 @@ from collections.abc import Iterable, Mapping
 from markdown_it import MarkdownIt
 
 from deep_pipeline.core.models import SKILL_FILE, Level, Unit
-from deep_pipeline.core.units import cut_units, front_matter_end
+from deep_pipeline.core.lines import front_matter_end
+from deep_pipeline.core.units import cut_units
 
 Files = Mapping[str, str]
 MARKDOWN_SUFFIXES = (".md", ".markdown")

@@ -64,14 +64,12 @@ from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
-from markdown_it.rules_core.normalize import NEWLINES_RE
 
+from deep_pipeline.core.lines import front_matter_end, is_blank, line_starts
 from deep_pipeline.core.models import Level, Unit
 
 # CommonMark plus tables: SPEC §4 names tables among the blocks of a paragraph level.
 _MD = MarkdownIt("commonmark").enable("table")
-_FENCE = "---"
-_BLANK_CHARS = " \t\r\n"
 _SLUG_MAX = 24
 
 
@@ -90,55 +88,6 @@ class _Block:
     def opener(self) -> bool:
         """A block that joins the block after it in one paragraph unit."""
         return self.depth is not None or self.lead_in
-
-
-# ---------------------------------------------------------------- line model
-
-
-def line_starts(text: str) -> list[int]:
-    """Offsets of every line start, with markdown-it's line model (`\\n`, `\\r\\n`, `\\r`).
-
-    A line break at the very end of the text does not open another line, as in
-    markdown-it; the empty text has no lines.
-    """
-    if not text:
-        return []
-    return [0] + [m.end() for m in NEWLINES_RE.finditer(text) if m.end() < len(text)]
-
-
-def _line_text(text: str, start: int) -> tuple[str, int]:
-    """The line starting at `start` without its line ending, and where the next line starts."""
-    match = NEWLINES_RE.search(text, start)
-    if match is None:
-        return text[start:], len(text)
-    return text[start : match.start()], match.end()
-
-
-def _is_fence(line: str) -> bool:
-    return line.rstrip(" \t") == _FENCE
-
-
-def _is_blank(text: str) -> bool:
-    return all(ch in _BLANK_CHARS for ch in text)
-
-
-# ---------------------------------------------------------------- front matter
-
-
-def front_matter_end(text: str) -> int:
-    """Offset where the body starts: just after the closing `---` line, or 0 without front matter.
-
-    Raises ValueError when the first line is `---` and no later line closes it.
-    """
-    first, position = _line_text(text, 0)
-    if not _is_fence(first):
-        return 0
-    while position < len(text):
-        line, next_position = _line_text(text, position)
-        if _is_fence(line):
-            return next_position
-        position = next_position
-    raise ValueError("front matter is not closed: the first line is '---' and no later line is '---'")
 
 
 # ---------------------------------------------------------------- parsing
@@ -260,10 +209,10 @@ def _only_lead_ins(text: str, blocks: list[_Block], start: int, end: int) -> boo
     """`text[start:end]` holds nothing but blank lines and lead-in paragraphs (none at all counts)."""
     position = start
     for block in (b for b in blocks if start <= b.start < end):
-        if not (block.lead_in and _is_blank(text[position : block.start])):
+        if not (block.lead_in and is_blank(text[position : block.start])):
             return False
         position = block.end
-    return _is_blank(text[position:end])
+    return is_blank(text[position:end])
 
 
 def _groups(
@@ -295,7 +244,7 @@ def cut_sections(text: str) -> list[Unit]:
     cuts = _cuts(blocks)
     first_cut = cuts[0].start if cuts else len(text)
     # Text before the first cut is a preamble section only when it is not blank.
-    preamble = not _is_blank(text[body_start:first_cut])
+    preamble = not is_blank(text[body_start:first_cut])
     spans: list[tuple[int, _Block | None]] = [(body_start, None)] if preamble else []
     spans += [(cut.start, cut) for cut in cuts]
     if spans and not preamble:

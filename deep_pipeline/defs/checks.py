@@ -10,7 +10,8 @@ import dagster as dg
 warnings.filterwarnings("ignore", category=dg.PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")
 
 from deep_pipeline.core.keys import iteration_key, parse_key
-from deep_pipeline.core.units import front_matter_end, section_outline
+from deep_pipeline.core.lines import front_matter_end
+from deep_pipeline.core.units import section_outline
 from deep_pipeline.defs.assets.output import compile_report, final_skill
 from deep_pipeline.defs.partitions import compiles_partitions, iterations_partitions
 from deep_pipeline.defs.resources import CompileStoreResource

@@ -38,7 +38,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from deep_pipeline.core.package import linked_paths, unit_files
-from deep_pipeline.core.units import cut_sections, front_matter_end
+from deep_pipeline.core.lines import front_matter_end
+from deep_pipeline.core.units import cut_sections
 from deep_pipeline.errors import InputError
 from deep_pipeline.inputs.jsonfile import decode_utf8, read_bytes, special_kind
 from deep_pipeline.store import package_files, package_hash, sha256_bytes
