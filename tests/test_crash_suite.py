@@ -11,6 +11,8 @@ Harness: tests/crash_harness.py.
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from tests.crash_harness import (
@@ -19,6 +21,7 @@ from tests.crash_harness import (
     check_instance,
     check_no_temp_files,
     check_rollouts,
+    leftovers,
     open_world,
     outcome,
     repeated_calls,
@@ -91,3 +94,16 @@ def test_a_sigkilled_cli_compile_resumes_to_the_uninterrupted_end(tmp_path, refe
     check_instance(world.home)
     check_no_temp_files(world)
     assert (world.compile_dir() / "report.html").is_file()  # written again if the kill came before it
+
+
+def test_the_leak_check_forgives_only_a_dead_code_servers_socket(tmp_path):
+    """A sandbox, a stray file or a socket still bound is a leak; a socket file nothing holds is not."""
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(str(tmp_path / "live.sock"))
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(tmp_path / "dead.sock"))
+    dead.close()  # the file stays, as a SIGKILLed code server's does
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "stray").write_text("x")
+    with live:
+        assert leftovers(tmp_path) == ["live.sock", "sandbox", "stray"]
