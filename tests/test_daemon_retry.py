@@ -1,5 +1,5 @@
 """A step whose run fails to launch is asked for again by the loop sensor under the real daemon
-(core/retry.py, defs/retries.py): the compile ends with the decisions of an undisturbed run,
+(core/retry.py, runtime/run_history.py): the compile ends with the decisions of an undisturbed run,
 no `resume` typed, and while it waited the sensor's tick and `status` named it.
 
 The failure is the launcher's (tests/fail_once_launcher.py): the first run of `run_iteration`

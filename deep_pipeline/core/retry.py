@@ -1,6 +1,6 @@
 """When the loop asks for a failed step again: the attempt number and the backoff, from history.
 
-Pure: the loop sensor gathers a step's failed runs (defs/retries.py) and this rule says what
+Pure: the loop sensor gathers a step's failed runs (runtime/run_history.py) and this rule says what
 to do with them. Nothing else is kept: the attempt is the number of the step's runs that
 failed, the wait is measured from the last one's end, so a restarted daemon (or one started
 with the UI) picks the same answer and never spends more than `attempts` runs on a step.

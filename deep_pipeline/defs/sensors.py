@@ -7,12 +7,12 @@ The run key `<step kind>:<partition key>` makes a repeated or concurrent tick ha
 Dagster never launches a run key twice. A step run it launched submits the next step itself
 as it ends (runtime/next_run.py, same run key and tags): the sensor then finds that run queued
 and asks nothing; it is the backstop after a crash, a restart or an error there. While a run of
-a compile is queued or running the sensor leaves the compile to it (defs/retries.py
+a compile is queued or running the sensor leaves the compile to it (runtime/run_history.py
 `run_in_flight`) and looks at it again every tick until none is: a tick reads a step's ending
 materialization late, when the next step's run may already be running, and must not ask for
 the step after that. A step whose run failed outside its own work (a
 launch failure, a killed worker) is asked for again under `<run key>:<n>`, n its failed runs
-so far, up to `step_launch_attempts` runs with backoff (core/retry.py, defs/retries.py).
+so far, up to `step_launch_attempts` runs with backoff (core/retry.py, runtime/run_history.py).
 """
 
 
@@ -24,7 +24,7 @@ import dagster as dg
 from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.jobs import ASSET_JOBS
 from deep_pipeline.core.retry import RetryPlan, gave_up_line, waiting_line
-from deep_pipeline.defs.retries import compiles_failed_since, plan_step, run_in_flight
+from deep_pipeline.runtime.run_history import compiles_failed_since, plan_step, run_in_flight
 from deep_pipeline.runtime.driver_lock import driven_elsewhere
 from deep_pipeline.runtime.next_run import loop_request_tags
 from deep_pipeline.runtime.sweep import release_dead_runs
@@ -47,7 +47,7 @@ def _compile_of(partition_key: str) -> str:
 
 def read_cursor(raw: str | None) -> dict:
     data = json.loads(raw) if raw else {}
-    # failed_after: the update time of the last failed run looked at (defs/retries.py).
+    # failed_after: the update time of the last failed run looked at (runtime/run_history.py).
     return {"ids": data.get("ids", {}), "seen": data.get("seen", []), "pending": data.get("pending", []),
             "failed_after": data.get("failed_after")}
 

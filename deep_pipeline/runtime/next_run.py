@@ -29,7 +29,7 @@ submit of a run already QUEUED). So the run made here carries `dagster/run_key`,
 same location and repository as the sensor's (checked in tests/test_next_run.py).
 
 Before Dagster's check, ours: the sensor asks for a step only while no run of it (tag
-`deep/step_key`) is unfinished (defs/retries.py `plan_step`), and a run made here is QUEUED
+`deep/step_key`) is unfinished (runtime/run_history.py `plan_step`), and a run made here is QUEUED
 from its creation on. The race, whichever comes second is dropped:
 - the sensor's run first: `plan_step` here sees it unfinished, or the run key check finds it;
   nothing is made;
@@ -39,7 +39,7 @@ from its creation on. The race, whichever comes second is dropped:
   key before it is submitted; if the sensor's run is there, ours is deleted unsubmitted. Left:
   the sensor's run created after that second look, its `fetch_existing_runs` having run before
   ours was created. The sensor does not plan a compile while any run of it is queued or running
-  (defs/retries.py `run_in_flight`), and this run is running, so the sensor asks nothing in that
+  (runtime/run_history.py `run_in_flight`), and this run is running, so the sensor asks nothing in that
   window. (Before that check it could: a tick that read the previous step's ending
   materialization late fell while this run was running, and asked for this run's next step
   itself; seen under load in tests/test_next_run.py.)
@@ -52,7 +52,7 @@ import time
 import dagster as dg
 
 from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET
-from deep_pipeline.defs.retries import plan_step, step_key_tags
+from deep_pipeline.runtime.run_history import plan_step, step_key_tags
 from deep_pipeline.engine.context import CompileHandle, Outlook
 from deep_pipeline.engine.steps import Step, next_step
 from deep_pipeline.errors import one_line

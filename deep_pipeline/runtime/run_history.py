@@ -1,4 +1,5 @@
-"""The history the loop sensor's retry rule (core/retry.py) reads: a step's runs on the instance.
+"""A step's and a compile's runs on the instance, as the loop sensor reads them: its retry rule's
+history (core/retry.py), the run that carries a compile on, the compiles whose run failed.
 
 Every run the sensor asks for carries `deep/step_key` = `<step kind>:<partition key>` (the
 step's first run key), so the runs of one step are found by one tag whatever attempt they were.
