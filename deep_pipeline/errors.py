@@ -19,6 +19,11 @@ class ModelAccessError(StepError):
     resending cannot help, so it is never retried; the message names what to set."""
 
 
+class PromptTooLong(StepError):
+    """The prompt is longer than the model's context window: resending cannot help, so it is
+    never retried; the message says what was too long and what would fit."""
+
+
 def one_line(text: str | None, limit: int = 300) -> str:
     """A message as one short line for a person: whitespace folded, any appended traceback
     (litellm adds the provider's to some) cut off; the records keep the whole text."""

@@ -7,7 +7,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from deep_pipeline.core.config import CompileConfig
-from deep_pipeline.errors import AnswerError, StepError
+from deep_pipeline.errors import AnswerError, PromptTooLong, StepError
 from deep_pipeline.llm.accounting import read_calls, usage_by_role, usage_of_calls
 from deep_pipeline.llm.cache import ResponseCache
 from deep_pipeline.llm.client import ModelClient, ModelSettings
@@ -58,6 +58,18 @@ def test_an_access_error_stops_at_once_naming_role_model_and_variable(tmp_path, 
     message = str(failure.value)
     assert len(server.requests) == 1 and type(failure.value).__name__ == "ModelAccessError"
     assert "\n" not in message and "editor" in message and "openai/served" in message and variable in message
+
+
+def test_a_prompt_over_the_context_window_is_never_resent(tmp_path):
+    """llama.cpp's answer (the embedded model's server) to a prompt longer than its context."""
+    overflow = {"status": 400, "error": "the request exceeds the available context size, try increasing it"}
+    with ScriptedOpenAIServer([overflow, {"content": "never asked for"}]) as server:
+        judge = client(tmp_path, model="openai/served", api_base=server.api_base, backoff_s=5.0)
+        with pytest.raises(PromptTooLong) as failure:
+            judge.complete("k", MESSAGES)
+    assert len(server.requests) == 1  # a resend would be as long: not one is made
+    assert "judge call 'k' (model openai/served): the prompt is longer than the model's context window" in str(
+        failure.value)
 
 
 def test_the_chat_runner_lets_an_access_error_stop_the_batch(tmp_path, scripted_llm):

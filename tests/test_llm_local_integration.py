@@ -19,7 +19,7 @@ import pytest
 from deep_pipeline.core.config import DEFAULT_DIMENSIONS
 from deep_pipeline.core.models import Trace, TraceStep
 from deep_pipeline.core.units import cut_sections
-from deep_pipeline.errors import StepError
+from deep_pipeline.errors import PromptTooLong
 from deep_pipeline.llm import local_model
 from deep_pipeline.llm.accounting import read_calls
 from deep_pipeline.llm.client import ModelClient, ModelSettings
@@ -140,6 +140,6 @@ def _exists(pid: int) -> bool:
 
 def test_a_prompt_too_long_is_refused_before_sending(home, tmp_path):
     huge = [{"role": "user", "content": "word " * 9000}]
-    with pytest.raises(StepError, match=r"prompt of \d+ tokens does not fit the local model's context of 8192"):
+    with pytest.raises(PromptTooLong, match=r"prompt of \d+ tokens does not fit the local model's context of 8192"):
         local("agent", home, tmp_path).complete("it/huge", huge)
     assert not (tmp_path / "calls.jsonl").exists()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deep_pipeline.core.config import CompileConfig
-from deep_pipeline.errors import InputError
+from deep_pipeline.errors import InputError, PromptTooLong
 from deep_pipeline.llm.budget import Budget, BudgetExhausted
 from deep_pipeline.llm.client import ModelClient, ModelSettings
 from deep_pipeline.rollouts import RolloutTask, make_runner
@@ -128,3 +128,17 @@ def test_chat_rollout_on_the_embedded_local_model(tmp_path, package):
     assert trace.error_category is None, trace.error_reason
     assert trace.final_output.strip() and trace.steps[2].text == trace.final_output
     assert trace.completion_tokens and trace.completion_tokens <= 48
+
+
+def test_a_prompt_over_the_context_window_stops_the_batch_naming_the_files_by_size(tmp_path, package, scripted_llm):
+    (package / "references" / "meter.md").write_text("A long table of meters.\n" * 400)
+    overflow = litellm.ContextWindowExceededError(
+        message="the request exceeds the available context size, try increasing it", model="agent",
+        llm_provider="scripted")
+    scripted_llm.always("agent", overflow)
+    with pytest.raises(PromptTooLong) as raised:
+        run(tmp_path, package, client(tmp_path), n=1)
+    line = str(raised.value)
+    assert "references/meter.md 9,600 chars, SKILL.md" in line  # the largest file first
+    assert "longer than scripted/agent's context window" in line and "mini-swe-agent" in line
+    assert len(scripted_llm.requests_for("agent")) == 1  # never resent: the same prompt is as long again

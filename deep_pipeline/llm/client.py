@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from deep_pipeline.secrets import redact, secret_values
-from deep_pipeline.errors import AnswerError, ModelAccessError, StepError, one_line
+from deep_pipeline.errors import AnswerError, ModelAccessError, PromptTooLong, StepError, one_line
 from deep_pipeline.llm import accounting
 from deep_pipeline.llm.accounting import CallRecord
 from deep_pipeline.llm.access import PLACEHOLDER_KEY, access_line, key_for
@@ -324,6 +324,9 @@ class ModelClient:
             raise ModelAccessError(access_line(sent.key_variable, self.role, self.settings.model, self.settings.api_base,
                                                sent.access_problem or "refused", record.error or "", self.settings.api_key_env,
                                                self.settings.model_setting))
+        if sent.failure == "context":  # the same prompt is as long the next time
+            raise PromptTooLong(f"{self.describe(step_key)}: the prompt is longer than the model's context window "
+                                f"({one_line(record.error, 200)})")
         if sent.failure in ("transient", "timeout"):
             if self.is_local:
                 from deep_pipeline.llm.local_model import forget_local_server

@@ -34,7 +34,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from deep_pipeline.locks import file_lock
-from deep_pipeline.errors import StepError
+from deep_pipeline.errors import PromptTooLong, StepError
 from deep_pipeline.store import atomic_write_json
 
 ALIAS = "smollm2-135m"
@@ -144,7 +144,7 @@ def check_prompt_fits(server: LocalServer, messages: list[dict], max_tokens: int
     except (OSError, KeyError, ValueError) as exc:
         raise StepError(f"could not count prompt tokens with the local model at {server.root}: {exc}") from None
     if tokens + max_tokens > N_CTX:
-        raise StepError(
+        raise PromptTooLong(
             f"prompt of {tokens} tokens does not fit the local model's context of {N_CTX} "
             f"with {max_tokens} tokens left for the answer; use a smaller skill or traces, or a hosted model"
         )

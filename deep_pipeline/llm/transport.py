@@ -46,7 +46,7 @@ class SendResult(BaseModel):
     cost_usd: float | None = None
     latency_s: float = 0.0
     error: str | None = None  # "<exception class>: <message>", not yet redacted
-    failure: Literal["access", "transient", "timeout", "other"] | None = None
+    failure: Literal["access", "context", "transient", "timeout", "other"] | None = None
     access_problem: str | None = None  # what refused the call (llm/access.py)
     key_variable: str | None = None  # the variable that would mend an access failure
     retry_after_s: float | None = None  # how long the provider asked us to wait (a 429's Retry-After)
@@ -99,6 +99,8 @@ def _failed(litellm, request: SendRequest, error: Exception, latency: float) -> 
     if (problem := access_failure(litellm, error)) is not None:
         return result.model_copy(update={"failure": "access", "access_problem": problem,
                                          "key_variable": key_variable(request.model, litellm)})
+    if isinstance(error, litellm.ContextWindowExceededError):  # before the transient ones: never resent
+        return result.model_copy(update={"failure": "context"})
     if isinstance(error, tuple(getattr(litellm, name) for name in TRANSIENT)):
         return result.model_copy(update={"failure": "timeout" if isinstance(error, litellm.Timeout) else "transient",
                                          "retry_after_s": retry_after(error)})

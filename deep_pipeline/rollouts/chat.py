@@ -118,6 +118,7 @@ class ChatRunner:
         client = self.model_client()
         settings = getattr(client, "settings", None)
         labels["model"] = getattr(settings, "model", None) or self.default_model
+        from deep_pipeline.errors import PromptTooLong
         from deep_pipeline.llm.client import ModelTimeout
         from deep_pipeline.llm.timeouts import Deadline
 
@@ -126,6 +127,8 @@ class ChatRunner:
             answer, record = client.complete(rollout_call_key(batch, index), messages, deadline=deadline)
         except ModelTimeout as exc:
             return self._timed_out(labels, steps, clock, archive_dir, index, str(exc))
+        except PromptTooLong as exc:
+            raise PromptTooLong(too_long_line(package_dir, messages, labels["model"], str(exc))) from exc
         except Exception as exc:  # noqa: BLE001 - any other model failure is this rollout's api_error
             if _must_propagate(exc):
                 raise
@@ -151,6 +154,22 @@ class ChatRunner:
         archive_file(archive_dir, index, "error.txt", reason)
         return Trace(**labels, steps=steps, timed_out=True, error_category="timeout", error_reason=reason,
                      duration_s=clock.elapsed)
+
+
+def too_long_line(package_dir: Path, messages: list[dict], model: str | None, error: str) -> str:
+    """Why a chat prompt did not fit, in one line: the files it holds by size, and what would fit.
+
+    Every rollout of the batch sends the same prompt, so no rollout can succeed and resending
+    cannot help: the compile stops here rather than scoring a batch of failed traces.
+    """
+    skill = (package_dir / SKILL_FILE).read_text(encoding="utf-8")
+    shown = [SKILL_FILE, *unit_files(skill, [p.as_posix() for p in package_files(package_dir)])]
+    sizes = sorted(((len((package_dir / path).read_text(encoding="utf-8")), path) for path in shown), reverse=True)
+    files = ", ".join(f"{path} {chars:,} chars" for chars, path in sizes[:4]) + (", …" if len(sizes) > 4 else "")
+    total = sum(len(m["content"]) for m in messages)
+    return (f"the chat runner's prompt ({total:,} chars: {files}) is longer than {model}'s context window; "
+            f"it holds SKILL.md and every reference file in full: shorten the largest, or use a runner that "
+            f"opens files (mini-swe-agent, command) or a model with a longer context ({error})")
 
 
 def _must_propagate(exc: Exception) -> bool:
