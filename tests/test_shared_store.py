@@ -37,7 +37,7 @@ def elsewhere(tmp_path, monkeypatch, scripted_llm):
 
 
 def test_a_step_run_on_a_machine_without_the_compile_fails_with_one_line(elsewhere):
-    from deep_pipeline.defs.step_location import step_defs
+    from deep_pipeline.defs.jobs import step_defs
 
     instance, key, line = elsewhere
     # The code location's own resource: its root comes from DEEP_PIPELINE_STORE, as in a run pod.

@@ -1,45 +1,78 @@
-"""The step jobs: one per kind of engine step (`start_compile`, `compile` and `start_batch` are in ops.py).
+"""The step jobs, one per kind of engine step, and `step_defs`: the definitions they run with.
 
-Each asset job runs one kind of engine step, named by its `deep/step` tag (runtime/tags.py).
-The asset jobs (partitioned as their assets are) use the in-process executor: the multiprocess executor costs
-~3 s per op here (DESIGN "Facts measured here"); the iteration and the matrix columns are one op each anyway.
+`STEP_JOBS` maps each kind of step (core/actions.py) to its job: the drivers, the loop sensor
+and a step run's submission of the next step all find a step's job there. The asset jobs
+(partitioned as their assets are) use the in-process executor: the multiprocess executor costs
+~3 s per op here (DESIGN "Facts measured here"); the iteration and the matrix columns are one op
+each anyway. `start_compile`, `compile` and `start_batch` are op jobs (ops.py).
+
+definitions.py merges `step_defs` with the op jobs, the sensor and the schedule; the drivers
+(runtime/driver.py) execute step jobs from `step_defs`, so the `compile` op never imports the
+code location it belongs to.
 """
-
 
 import dagster as dg
 
+from deep_pipeline.core.actions import StepKind
 from deep_pipeline.defs.assets.evaluation import evaluation
 from deep_pipeline.defs.assets.inputs import input_traces
 from deep_pipeline.defs.assets.iteration import iteration
+from deep_pipeline.defs.assets.matrix import build_matrix_assets
 from deep_pipeline.defs.assets.output import compile_report, final_skill
+from deep_pipeline.defs.assets.timeline import compile_timeline
+from deep_pipeline.defs.checks import (
+    candidate_keeps_structure,
+    final_differs_only_in_edited_markdown,
+    report_matches_decisions,
+)
+from deep_pipeline.defs.resources import CompileDefaultsResource, CompileStoreResource, ProviderKeysResource
+from deep_pipeline.engine.settings import load_deployment
 from deep_pipeline.runtime.tags import STEP_TAG
 
-prepare_inputs_job = dg.define_asset_job(
-    "prepare_inputs", selection=[input_traces], executor_def=dg.in_process_executor, tags={STEP_TAG: "inputs"},
-    description="The incumbent's traces of one compile.",
-)
-score_matrix_job = dg.define_asset_job(
-    "score_matrix", selection=dg.AssetSelection.groups("matrix"), tags={STEP_TAG: "matrix"},
-    executor_def=dg.in_process_executor, description="Score one matrix: every column, then level_matrix.",
-)
-iteration_job = dg.define_asset_job(
-    "run_iteration",
-    selection=[iteration],
-    executor_def=dg.in_process_executor, tags={STEP_TAG: "iteration"},
-    description="One iteration: edit, candidate, rollouts, comparison, decision.",
-)
-finalize_job = dg.define_asset_job(
-    "finalize", selection=[final_skill, compile_report], tags={STEP_TAG: "finalize"},
-    executor_def=dg.in_process_executor, description="Write S_final and the report.",
-)
+
+def _step_job(name: str, kind: StepKind, selection, description: str):
+    # The `deep/step` tag is for people: every run of the job carries it (the runs list filters on it).
+    return dg.define_asset_job(name, selection=selection, executor_def=dg.in_process_executor,
+                               tags={STEP_TAG: kind}, description=description)
 
 
-ASSET_JOBS = [prepare_inputs_job, score_matrix_job, iteration_job, finalize_job]
+STEP_JOBS = {  # StepKind -> the asset job that runs it
+    "inputs": _step_job("prepare_inputs", "inputs", [input_traces], "The incumbent's traces of one compile."),
+    "matrix": _step_job("score_matrix", "matrix", dg.AssetSelection.groups("matrix"),
+                        "Score one matrix: every column, then level_matrix."),
+    "iteration": _step_job("run_iteration", "iteration", [iteration],
+                           "One iteration: edit, candidate, rollouts, comparison, decision."),
+    "finalize": _step_job("finalize", "finalize", [final_skill, compile_report], "Write S_final and the report."),
+}
+ASSET_JOBS = list(STEP_JOBS.values())
 
-# Not a step job: no `deep/step` tag and not in ASSET_JOBS, so neither the loop sensor nor
-# a driver ever runs it; a person asks for it (SPEC §10: after the compile, never inside it).
+# Not a step job: not in STEP_JOBS, so neither the loop sensor nor a driver ever runs it;
+# a person asks for it (SPEC §10: after the compile, never inside it).
 evaluation_job = dg.define_asset_job(
     "evaluate", selection=[evaluation], executor_def=dg.in_process_executor,
     description="Evaluate a finalized compile: S_fast and S_final rolled out and checked by the verifier.",
 )
 EVALUATION_JOBS = [evaluation_job]
+
+step_defs = dg.Definitions(
+    assets=[
+        input_traces,
+        *build_matrix_assets(load_deployment().dimensions),
+        iteration,
+        final_skill,
+        compile_report,
+        compile_timeline,
+        evaluation,
+    ],
+    asset_checks=[candidate_keeps_structure, final_differs_only_in_edited_markdown, report_matches_decisions],
+    jobs=[*ASSET_JOBS, *EVALUATION_JOBS],
+    resources={
+        "store": CompileStoreResource(provider_keys=ProviderKeysResource.from_environment()),
+        "defaults": CompileDefaultsResource(),
+    },
+)
+
+
+def step_job_name(kind: StepKind) -> str:
+    """The name of the job that runs a step of this kind."""
+    return STEP_JOBS[kind].name

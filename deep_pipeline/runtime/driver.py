@@ -1,7 +1,7 @@
 """Carrying one compile to its end in this process: the CLI's `compile`/`resume` and the `compile` job.
 
-engine.steps.run_steps (the one loop) runs each step as "execute the job tagged with this
-step's kind in-process against the instance": a one-shot compile shows up in the UI
+engine.steps.run_steps (the one loop) runs each step as "execute the step kind's job
+(defs/jobs.py STEP_JOBS) in-process against the instance": a one-shot compile shows up in the UI
 exactly like one the daemon carried, and running it again resumes where it stopped.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import dagster as dg
 
 from deep_pipeline.defs.partitions import PARTITION_SET
-from deep_pipeline.defs.step_location import step_defs
+from deep_pipeline.defs.jobs import step_defs, step_job_name
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure, record_failure
@@ -24,7 +24,7 @@ from deep_pipeline.runtime.driver_lock import driver_lock
 from deep_pipeline.runtime.dagster_private import execute_created_run, make_new_run_id, partition_run_tags
 from deep_pipeline.runtime.register import announce_compile
 from deep_pipeline.runtime.sweep import open_compile, process_tags, release_dead_runs
-from deep_pipeline.runtime.tags import driver_tags, job_name, job_origin, run_tags
+from deep_pipeline.runtime.tags import driver_tags, job_origin, run_tags
 
 # The event log keeps every event; the terminal gets our progress lines and one error line.
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -40,14 +40,13 @@ def drive_compile(instance: dg.DagsterInstance, root: Path, key: str, progress: 
     launched = driver_tags(parent.run_id, parent.tags) if parent else driver_tags()
     note = progress or (lambda line: None)
     repository = step_defs.get_repository_def()
-    jobs = repository.get_all_jobs()
 
     def start_job(ctx: CompileHandle, step: Step) -> None:
         release_dead_runs(instance, note)  # before the step claims a slot
         partition_set = PARTITION_SET[step.kind]
         if not instance.has_dynamic_partition(partition_set, step.partition_key):
             instance.add_dynamic_partitions(partition_set, [step.partition_key])
-        name = job_name(jobs, step)
+        name = step_job_name(step.kind)
         result = execute_with_origin(
             repository.get_job(name), step.partition_key, instance,
             tags={**run_tags(key), **launched},

@@ -64,7 +64,6 @@ from deep_pipeline.runtime.tags import (
     RUN_KEY_TAG,
     SENSOR_NAME_TAG,
     SUBMITTED_BY_TAG,
-    job_name,
     run_tags,
 )
 
@@ -123,8 +122,10 @@ def _submit(context: dg.AssetExecutionContext, ctx: CompileHandle, step: Step, r
     instance, run = context.instance, context.run
     if _runs_with_key(instance, run_key):
         return None  # the sensor's run came first
-    repository = context.repository_def
-    job = repository.get_job(job_name(repository.get_all_jobs(), step))
+    # Imported here: defs/jobs imports the assets, whose wrapper (runtime/asset_step.py) imports this module.
+    from deep_pipeline.defs.jobs import step_job_name
+
+    job = context.repository_def.get_job(step_job_name(step.kind))
     partition_set = PARTITION_SET[step.kind]
     if partition_set != COMPILES and not instance.has_dynamic_partition(partition_set, step.partition_key):
         instance.add_dynamic_partitions(partition_set, [step.partition_key])

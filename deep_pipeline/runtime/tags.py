@@ -1,8 +1,7 @@
-"""From an engine step to the Dagster run that performs it.
+"""The tags and origin of the Dagster run that performs an engine step.
 
-Each asset job carries the kind of step it runs as its `deep/step` tag (defs/jobs.py),
-so the loop sensor and the drivers find the job from the job objects themselves, and
-every run of a step says in its tags which compile and which kind of step it is.
+Every run of a step says in its tags which compile and which kind of step it is (the job's
+`deep/step` tag, defs/jobs.py), and who started it.
 """
 
 from __future__ import annotations
@@ -10,9 +9,8 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-from deep_pipeline.engine.steps import Step
 from deep_pipeline.runtime import dagster_private
 
 COMPILE_TAG = "deep/compile"
@@ -31,14 +29,6 @@ SUBMITTED_BY_TAG = "deep/submitted_by"
 # The code location the runs belong to: its name as `dagster-webserver -m deep_pipeline.definitions`,
 # `dagster dev` and our workspace.yaml load it, and the name Dagster gives a Definitions' repository.
 LOCATION_NAME, REPOSITORY_NAME = "deep_pipeline.definitions", "__repository__"
-
-
-def job_name(jobs: Iterable, step: Step) -> str:
-    """The name of the job (among `jobs`) whose `deep/step` tag is the step's kind."""
-    for job in jobs:
-        if (job.tags or {}).get(STEP_TAG) == step.kind:
-            return job.name
-    raise LookupError(f"no job tagged {STEP_TAG}={step.kind}")  # a wiring bug, not bad input
 
 
 def run_tags(compile_key: str) -> dict[str, str]:
