@@ -1,7 +1,8 @@
 """The step jobs, one per kind of engine step, and `step_defs`: the definitions they run with.
 
-`STEP_JOBS` maps each kind of step (core/actions.py) to its job: the drivers, the loop sensor
-and a step run's submission of the next step all find a step's job there. The asset jobs
+`STEP_JOBS` maps each kind of step (core/actions.py) to its job, named as defs/partitions.py
+`STEP_JOB` says (where the drivers, the loop sensor and a step run's submission of the next
+step look a step's job up). The asset jobs
 (partitioned as their assets are) use the in-process executor: the multiprocess executor costs
 ~3 s per op here (DESIGN "Facts measured here"); the iteration and the matrix columns are one op
 each anyway. `start_compile`, `compile` and `start_batch` are op jobs (ops.py).
@@ -25,24 +26,23 @@ from deep_pipeline.defs.checks import (
     final_differs_only_in_edited_markdown,
     report_matches_decisions,
 )
+from deep_pipeline.defs.partitions import STEP_JOB
 from deep_pipeline.defs.resources import CompileDefaultsResource, CompileStoreResource, ProviderKeysResource
 from deep_pipeline.engine.settings import load_deployment
 from deep_pipeline.runtime.tags import STEP_TAG
 
 
-def _step_job(name: str, kind: StepKind, selection, description: str):
+def _step_job(kind: StepKind, selection, description: str):
     # The `deep/step` tag is for people: every run of the job carries it (the runs list filters on it).
-    return dg.define_asset_job(name, selection=selection, executor_def=dg.in_process_executor,
+    return dg.define_asset_job(STEP_JOB[kind], selection=selection, executor_def=dg.in_process_executor,
                                tags={STEP_TAG: kind}, description=description)
 
 
 STEP_JOBS = {  # StepKind -> the asset job that runs it
-    "inputs": _step_job("prepare_inputs", "inputs", [input_traces], "The incumbent's traces of one compile."),
-    "matrix": _step_job("score_matrix", "matrix", dg.AssetSelection.groups("matrix"),
-                        "Score one matrix: every column, then level_matrix."),
-    "iteration": _step_job("run_iteration", "iteration", [iteration],
-                           "One iteration: edit, candidate, rollouts, comparison, decision."),
-    "finalize": _step_job("finalize", "finalize", [final_skill, compile_report], "Write S_final and the report."),
+    "inputs": _step_job("inputs", [input_traces], "The incumbent's traces of one compile."),
+    "matrix": _step_job("matrix", dg.AssetSelection.groups("matrix"), "Score one matrix: every column, then level_matrix."),
+    "iteration": _step_job("iteration", [iteration], "One iteration: edit, candidate, rollouts, comparison, decision."),
+    "finalize": _step_job("finalize", [final_skill, compile_report], "Write S_final and the report."),
 }
 ASSET_JOBS = list(STEP_JOBS.values())
 
@@ -71,8 +71,3 @@ step_defs = dg.Definitions(
         "defaults": CompileDefaultsResource(),
     },
 )
-
-
-def step_job_name(kind: StepKind) -> str:
-    """The name of the job that runs a step of this kind."""
-    return STEP_JOBS[kind].name

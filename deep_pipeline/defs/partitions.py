@@ -1,4 +1,5 @@
-"""Dynamic partitions: new compiles, matrices and iterations need no code change.
+"""Dynamic partitions: new compiles, matrices and iterations need no code change; and the
+Dagster names of each kind of step, its partition set and its job (known here only).
 
 Keys: `compiles` = `<skill>-<6 hex>`; `matrices` = `<compile>/<level>/m<NN>`;
 `iterations` = `<compile>/<level>/i<NN>` (see deep_pipeline.core.keys).
@@ -12,6 +13,11 @@ COMPILES, MATRICES, ITERATIONS = "compiles", "matrices", "iterations"
 # The partition set each kind of step is keyed in: known here only (the engine names no set).
 PARTITION_SET: dict[StepKind, str] = {"inputs": COMPILES, "matrix": MATRICES, "iteration": ITERATIONS,
                                       "finalize": COMPILES}
+# The job that runs each kind of step (defs/jobs.py defines them): a name, so the drivers, the
+# sensor and a step run submitting the next one (runtime/next_run.py) find it without importing
+# the jobs, whose assets' wrapper imports runtime/next_run.py.
+STEP_JOB: dict[StepKind, str] = {"inputs": "prepare_inputs", "matrix": "score_matrix", "iteration": "run_iteration",
+                                 "finalize": "finalize"}
 
 compiles_partitions = dg.DynamicPartitionsDefinition(name=COMPILES)
 matrices_partitions = dg.DynamicPartitionsDefinition(name=MATRICES)

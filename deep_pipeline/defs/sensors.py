@@ -22,14 +22,14 @@ import time
 import dagster as dg
 
 from deep_pipeline.core.keys import parse_key
-from deep_pipeline.defs.jobs import ASSET_JOBS, step_job_name
+from deep_pipeline.defs.jobs import ASSET_JOBS
 from deep_pipeline.core.retry import RetryPlan, gave_up_line, waiting_line
 from deep_pipeline.runtime.run_history import compiles_failed_since, plan_step, run_in_flight
 from deep_pipeline.runtime.driver_lock import driven_elsewhere
 from deep_pipeline.runtime.next_run import loop_request_tags
 from deep_pipeline.runtime.sweep import release_dead_runs
 from deep_pipeline.runtime.tags import LOOP_SENSOR
-from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET
+from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET, STEP_JOB
 from deep_pipeline.engine.steps import next_step
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.context import CompileHandle
@@ -84,7 +84,7 @@ def requests_for(ctx: CompileHandle, step=None, plan: RetryPlan | None = None
         return None, None
     run_key = plan.run_key(step.run_key) if plan else step.run_key
     tags = loop_request_tags(ctx.cdir.key, step)  # as a step run's own submission of it (runtime/next_run.py)
-    run = dg.RunRequest(run_key=run_key, job_name=step_job_name(step.kind), partition_key=step.partition_key, tags=tags)
+    run = dg.RunRequest(run_key=run_key, job_name=STEP_JOB[step.kind], partition_key=step.partition_key, tags=tags)
     add = None
     if PARTITION_SET[step.kind] != COMPILES:
         add = dg.AddDynamicPartitionsRequest(partitions_def_name=PARTITION_SET[step.kind], partition_keys=[step.partition_key])

@@ -1,7 +1,7 @@
 """Carrying one compile to its end in this process: the CLI's `compile`/`resume` and the `compile` job.
 
 engine.steps.run_steps (the one loop) runs each step as "execute the step kind's job
-(defs/jobs.py STEP_JOBS) in-process against the instance": a one-shot compile shows up in the UI
+(defs/partitions.py STEP_JOB) in-process against the instance": a one-shot compile shows up in the UI
 exactly like one the daemon carried, and running it again resumes where it stopped.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from deep_pipeline.defs.partitions import PARTITION_SET
-from deep_pipeline.defs.jobs import step_defs, step_job_name
+from deep_pipeline.defs.partitions import PARTITION_SET, STEP_JOB
+from deep_pipeline.defs.jobs import step_defs
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure, record_failure
@@ -46,7 +46,7 @@ def drive_compile(instance: dg.DagsterInstance, root: Path, key: str, progress: 
         partition_set = PARTITION_SET[step.kind]
         if not instance.has_dynamic_partition(partition_set, step.partition_key):
             instance.add_dynamic_partitions(partition_set, [step.partition_key])
-        name = step_job_name(step.kind)
+        name = STEP_JOB[step.kind]
         result = execute_with_origin(
             repository.get_job(name), step.partition_key, instance,
             tags={**run_tags(key), **launched},

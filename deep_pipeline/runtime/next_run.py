@@ -51,7 +51,7 @@ import time
 
 import dagster as dg
 
-from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET
+from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET, STEP_JOB
 from deep_pipeline.runtime.run_history import plan_step, step_key_tags
 from deep_pipeline.engine.context import CompileHandle, Outlook
 from deep_pipeline.engine.steps import Step, next_step
@@ -122,10 +122,7 @@ def _submit(context: dg.AssetExecutionContext, ctx: CompileHandle, step: Step, r
     instance, run = context.instance, context.run
     if _runs_with_key(instance, run_key):
         return None  # the sensor's run came first
-    # Imported here: defs/jobs imports the assets, whose wrapper (runtime/asset_step.py) imports this module.
-    from deep_pipeline.defs.jobs import step_job_name
-
-    job = context.repository_def.get_job(step_job_name(step.kind))
+    job = context.repository_def.get_job(STEP_JOB[step.kind])
     partition_set = PARTITION_SET[step.kind]
     if partition_set != COMPILES and not instance.has_dynamic_partition(partition_set, step.partition_key):
         instance.add_dynamic_partitions(partition_set, [step.partition_key])
