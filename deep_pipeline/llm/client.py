@@ -39,7 +39,7 @@ from deep_pipeline.llm.access import PLACEHOLDER_KEY, access_line, key_for
 from deep_pipeline.llm.model_worker import default_transport
 from deep_pipeline.llm.transport import SendRequest, SendResult, Transport
 from deep_pipeline.llm.cache import ResponseCache, cache_key
-from deep_pipeline.llm.schemas import describe_errors, response_format
+from deep_pipeline.llm.schemas import parse_answer, response_format
 from deep_pipeline.llm.timeouts import HOSTED_TIMEOUT_S, Deadline
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ class ModelClient:
         cached = self._cached(key)
         if cached is not None:
             text, records = cached
-            answer, _ = _parse(text, response_model, check)
+            answer, _ = parse_answer(text, response_model, check)
             if answer is not None:  # a hand-damaged entry is asked again
                 return answer, records
         if self.replay:
@@ -177,7 +177,7 @@ class ModelClient:
         for attempt in range(1, max_attempts + 1):
             text, record = self._send_with_retries(step_key, attempt, history, answer_format)
             records.append(record)
-            answer, problem = _parse(text, response_model, check)
+            answer, problem = parse_answer(text, response_model, check)
             if answer is not None:
                 self._keep(key, step_key, text, records)
                 return answer, records
@@ -383,21 +383,3 @@ class ModelClient:
             call_id=uuid.uuid4().hex,
         )
 
-
-def _parse(text: str, response_model: type[M], check: Callable[[M], str | None] | None) -> tuple[M | None, str]:
-    try:
-        answer = response_model.model_validate_json(_strip_fence(text))
-    except ValidationError as exc:
-        return None, describe_errors(exc)
-    problem = check(answer) if check else None
-    return (None, problem) if problem else (answer, "")
-
-
-def _strip_fence(text: str) -> str:
-    """Some hosted models wrap JSON in a ```json fence even when asked not to."""
-    stripped = text.strip()
-    if stripped.startswith("```") and stripped.endswith("```"):
-        stripped = stripped[3:-3]
-        if stripped.startswith("json"):
-            stripped = stripped[4:]
-    return stripped

@@ -7,11 +7,14 @@ JSON-schema grammar even a 135M model then returns JSON that parses.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from deep_pipeline.core.models import REGRESSION_KINDS
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class AnswerLimits(BaseModel):
@@ -151,3 +154,23 @@ def describe_errors(error: ValidationError) -> str:
         parts.append(f"{where}: {item['msg']}")
     more = len(error.errors()) - 12
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def parse_answer(text: str, response_model: type[M], check: Callable[[M], str | None] | None) -> tuple[M | None, str]:
+    """The answer as `response_model`, or None and one line saying what is wrong (schema or `check`)."""
+    try:
+        answer = response_model.model_validate_json(_strip_fence(text))
+    except ValidationError as exc:
+        return None, describe_errors(exc)
+    problem = check(answer) if check else None
+    return (None, problem) if problem else (answer, "")
+
+
+def _strip_fence(text: str) -> str:
+    """Some hosted models wrap JSON in a ```json fence even when asked not to."""
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```"):
+        stripped = stripped[3:-3]
+        if stripped.startswith("json"):
+            stripped = stripped[4:]
+    return stripped
