@@ -128,7 +128,8 @@ class ChatRunner:
         except ModelTimeout as exc:
             return self._timed_out(labels, steps, clock, archive_dir, index, str(exc))
         except PromptTooLong as exc:
-            raise PromptTooLong(too_long_line(package_dir, messages, labels["model"], str(exc))) from exc
+            # No cause chained: the CLI prints a failed step's innermost cause, and this line already holds it.
+            raise PromptTooLong(too_long_line(package_dir, messages, labels["model"], str(exc))) from None
         except Exception as exc:  # noqa: BLE001 - any other model failure is this rollout's api_error
             if _must_propagate(exc):
                 raise
