@@ -1,7 +1,7 @@
 """Carrying one compile to its end in this process: the CLI's `compile`/`resume` and the `compile` job.
 
 engine.steps.run_steps (the one loop) runs each step as "execute the step kind's job
-(defs/partitions.py STEP_JOB) in-process against the instance": a one-shot compile shows up in the UI
+(defs/jobs.py STEP_JOBS) in-process against the instance": a one-shot compile shows up in the UI
 exactly like one the daemon carried, and running it again resumes where it stopped.
 """
 
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from deep_pipeline.defs.partitions import PARTITION_SET, STEP_JOB
-from deep_pipeline.defs.jobs import step_defs
+from deep_pipeline.defs.jobs import STEP_JOBS, step_defs
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure, record_failure
@@ -43,14 +42,12 @@ def drive_compile(instance: dg.DagsterInstance, root: Path, key: str, progress: 
 
     def start_job(ctx: CompileHandle, step: Step) -> None:
         release_dead_runs(instance, note)  # before the step claims a slot
-        partition_set = PARTITION_SET[step.kind]
+        name = STEP_JOBS[step.kind].name
+        job = repository.get_job(name)
+        partition_set = job.partitions_def.name  # the job's own dynamic set: the step's key joins it first
         if not instance.has_dynamic_partition(partition_set, step.partition_key):
             instance.add_dynamic_partitions(partition_set, [step.partition_key])
-        name = STEP_JOB[step.kind]
-        result = execute_with_origin(
-            repository.get_job(name), step.partition_key, instance,
-            tags={**run_tags(key), **launched},
-        )
+        result = execute_with_origin(job, step.partition_key, instance, tags={**run_tags(key), **launched})
         if not result.success:
             if _interrupted(result):
                 raise KeyboardInterrupt
