@@ -33,13 +33,26 @@ def runs_ended(home: Path, key: str) -> bool:
     return any(r.job_name == "finalize" for r in runs) and all(r.is_finished for r in runs)
 
 
-def compile_under_daemon(tmp_path: Path, home: Path, env: dict[str, str], watch=None, timeout_s: float = 300) -> str:
+def compile_under_daemon(tmp_path: Path, home: Path, env: dict[str, str], watch=None, timeout_s: float = 300,
+                         task_set: bool = False) -> str:
     """Register a compile (`start_compile`, the scripted world's answers) and run `dagster-daemon`
-    on `home` until every run of it ended; its key. `watch(key)` is called while it runs."""
+    on `home` until every run of it ended; its key. `watch(key)` is called while it runs.
+    `task_set`: two training tasks and a held-out one (SPEC §11), named by a task-set file."""
     skill, bundle = make_inputs(tmp_path)
-    with ScriptedOpenAIServer([answer_with(one_edit_world())] * 50) as server:
+    inputs = {"bundle": str(bundle)}
+    if task_set:
+        from tests.test_task_set_compile import PROMPTS, write_bundle
+
+        base = json.loads(bundle.read_text())
+        for name in ("release-notes", "retro"):
+            write_bundle(tmp_path / f"{name}.json", base, name, PROMPTS[name])
+        (tmp_path / "tasks.yaml").write_text(yaml.safe_dump([
+            {"bundle": bundle.name, "split": "train"}, {"bundle": "release-notes.json", "split": "train"},
+            {"bundle": "retro.json", "split": "holdout"}]))
+        inputs = {"tasks": str(tmp_path / "tasks.yaml")}
+    with ScriptedOpenAIServer([answer_with(one_edit_world())] * 100) as server:
         overrides = served_overrides(server)
-        config = {"ops": {"start_compile_op": {"config": {"skill_dir": str(skill), "bundle": str(bundle), "overrides": overrides}}}}
+        config = {"ops": {"start_compile_op": {"config": {"skill_dir": str(skill), **inputs, "overrides": overrides}}}}
         (tmp_path / "compile.yaml").write_text(yaml.safe_dump(config))
         start = subprocess.run(
             [str(BIN / "dagster"), "job", "execute", "-m", "deep_pipeline.definitions", "-j", "start_compile", "-c", str(tmp_path / "compile.yaml")],
@@ -82,3 +95,29 @@ def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path, dagster_st
             assert len({r.dagster_run.tags.get("dagster/run_key") for r in runs}) == len(runs)  # no step twice
     finally:
         del os.environ["DAGSTER_HOME"]
+
+
+@pytest.mark.slow
+def test_the_daemon_runs_a_task_set_s_rollouts_as_one_run_per_task_requested_together(tmp_path, dagster_storage):
+    """A task set registered from the UI's `start_compile` (a task-set file): each training task's
+    candidate rollouts are a run of their own, both asked for at once and outside the compile's
+    run-queue lane, and the iteration finishes in a run after them (SPEC §11)."""
+    home = dagster_storage.home(tmp_path / "home")
+    key = compile_under_daemon(tmp_path, home, cli_env(home), task_set=True)
+    report = json.loads((home / "compiles" / key / "report.json").read_text())
+    assert [(d["reason"], sorted(d["task_deltas"])) for d in report["decisions"]] == [
+        ("target_improved_without_runtime_regression", ["release-notes", "status-update"])]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        runs = [r.dagster_run for r in instance.get_run_records(dg.RunsFilter(tags={"deep/compile": key}))]
+        assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+        records = {r.dagster_run.run_id: r for r in instance.get_run_records(dg.RunsFilter(job_name="roll_out_task"))}
+    it = f"{key}/section/i00"
+    tasks = [r for r in runs if r.job_name == "roll_out_task"]
+    assert sorted(r.tags["dagster/partition"] for r in tasks) == [f"{it}/t0", f"{it}/t1"]
+    assert not any("deep/queue" in r.tags for r in tasks)
+    # Asked for together: the second was made before the first one ended (never one after the other).
+    first_end = min(records[r.run_id].end_time for r in tasks)
+    assert all(records[r.run_id].create_timestamp.timestamp() < first_end for r in tasks)
+    assert sorted(r.tags.get("dagster/run_key") for r in runs if r.job_name == "run_iteration") == [
+        f"iteration:{it}", f"iteration:{it}:after-rollouts"]
+

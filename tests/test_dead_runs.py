@@ -121,7 +121,7 @@ def test_the_first_step_on_an_instance_without_our_limits_warns_once_naming_the_
     drive_first_step(tmp_path, dagster_storage.instance(), monkeypatch)  # Dagster's defaults: no dagster.yaml
     lines = [line for line in capsys.readouterr().err.splitlines() if WARNING in line]
     assert len(lines) == 1
-    assert "deep/compile" in lines[0] and str(OUR_YAML) in lines[0]
+    assert "deep/queue" in lines[0] and str(OUR_YAML) in lines[0]
 
 
 def test_an_instance_with_our_dagster_yaml_gets_no_warning(tmp_path, scripted_llm, capsys, monkeypatch, dagster_storage):

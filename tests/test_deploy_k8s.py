@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deep_pipeline.runtime.tags import COMPILE_TAG
+from deep_pipeline.runtime.tags import QUEUE_TAG
 from deep_pipeline.secrets import PROVIDER_VARIABLES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_the_limits_are_those_of_our_dagster_yaml(values):
     assert concurrency["pools"]["defaultLimit"] == ours["concurrency"]["pools"]["default_limit"]
     limits = concurrency["runs"]["tagConcurrencyLimits"]
     assert limits == ours["concurrency"]["runs"]["tag_concurrency_limits"]
-    assert [(t["key"], t["value"], t["limit"]) for t in limits] == [(COMPILE_TAG, {"applyLimitPerUniqueValue": True}, 1)]
+    assert [(t["key"], t["value"], t["limit"]) for t in limits] == [(QUEUE_TAG, {"applyLimitPerUniqueValue": True}, 1)]
     # The chart refuses tag limits in both places.
     queued = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
     assert not queued.get("tagConcurrencyLimits")

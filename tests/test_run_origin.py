@@ -44,10 +44,10 @@ def test_cli_driver_runs_have_the_location_origin_and_the_driver(env, scripted_l
         assert run.tags[DRIVER_TAG].startswith(f"cli:{getpass.getuser()}@") and run.tags["user"] == getpass.getuser()
         assert PARENT_RUN_TAG not in run.tags
         # The runs list shows every tag that is not Dagster's own: only those a person filters by
-        # (the compile, the step kind, who started it, an iteration's outcome) and the sweep's one claim.
+        # (the compile, the step kind, who started it, an iteration's outcome), the run queue's lane and the sweep's claim.
         ours = {k for k in run.tags if not k.startswith(("dagster/", ".dagster/"))}
         outcome = {"deep/outcome"} if run.job_name == "run_iteration" else set()
-        assert ours == {"deep/compile", "deep/step", "deep/driver", "user", "deep/worker", *outcome}, sorted(run.tags)
+        assert ours == {"deep/compile", "deep/queue", "deep/step", "deep/driver", "user", "deep/worker", *outcome}, sorted(run.tags)
     # a partitioned run is still a run of its partition, as execute_in_process made it
     assert {r.tags["dagster/partition"] for r in runs_tab(instance, "prepare_inputs")} == {record.key}
 

@@ -168,6 +168,19 @@ def test_a_task_set_compiles_from_the_cli_and_a_rerun_resumes_it(tmp_path, scrip
     table = mat.metadata["tasks"].value
     assert "| status-update | 2 | 4 | +2 | - |" in table and "| release-notes | 2 | 4 | +2 | - |" in table
     assert mat.metadata["task_deltas"].value == {"status-update": 2.0, "release-notes": 2.0}
+    # Each training task's candidate rollouts were a run of their own, materialized per task (SPEC §11);
+    # the iteration's first run ended at its candidate and a second one compared and decided.
+    instance, key = dg.DagsterInstance.get(), folder.name
+    task_runs = instance.get_runs(filters=dg.RunsFilter(job_name="roll_out_task"))
+    assert sorted(r.tags["dagster/partition"] for r in task_runs) == [f"{key}/section/i00/t0", f"{key}/section/i00/t1"]
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS and "deep/queue" not in r.tags for r in task_runs)
+    rolled = [r.asset_materialization.metadata for r in instance.fetch_materializations(
+        dg.AssetKey("task_rollouts"), limit=10).records]
+    assert sorted((m["task"].value, m["traces"].value) for m in rolled) == [("release-notes", 2), ("status-update", 2)]
+    iteration_runs = instance.get_runs(filters=dg.RunsFilter(job_name="run_iteration"))
+    assert [r.tags["dagster/partition"] for r in iteration_runs] == [f"{key}/section/i00"] * 2
+    assert re.search(r"section/i00: candidate made; its rollouts per task next", out), out
+    assert re.search(r"rollouts \S+/section/i00/t1 \(release-notes\): 2 rollouts", out), out
     calls = len(scripted_llm.requests)
     assert main(argv + ["--quiet"]) == 0  # the same set again: the same compile, nothing repeated
     assert len(scripted_llm.requests) == calls and len(list((home / "compiles").iterdir())) == 1
@@ -248,3 +261,111 @@ def test_a_chat_rollout_s_calls_are_counted_for_its_batch_whatever_task():
     assert rollout_batch(rollout_call_key("section-i03-t1", 0)) == "section-i03"  # a task set's
     assert rollout_batch(rollout_call_key("input-t12", 2)) == "input"
     assert rollout_batch("demo-skill-021c49/section/iteration-03/compare") is None
+
+
+def test_the_sensor_asks_for_every_training_task_s_rollouts_at_once_then_the_iteration(tmp_path, scripted_llm,
+                                                                                        dagster_storage):
+    """A task set's candidate rollouts are one run per training task, requested together and
+    outside the compile's run-queue lane (so the daemon runs them side by side); the iteration
+    resumes as a run of its own once every task's are stored."""
+    import dagster as dg
+
+    from deep_pipeline.defs.resources import CompileStoreResource
+    from deep_pipeline.defs.sensors import compile_loop_sensor
+    from deep_pipeline.engine.steps import next_steps
+
+    install_world(scripted_llm, TaskWorld({"status-update": (2, 4), "release-notes": (2, 4)}))
+    skill, bundle, release, retro = task_files(tmp_path)
+    loaded = load_task_set(task_inputs([bundle, release], [retro], None))
+    record = register_compile(tmp_path / "store", skill, None, effective_config(load_deployment(), CONFIG), task_set=loaded)
+    ctx = CompileHandle.open(tmp_path / "store", record.key)
+    instance = dagster_storage.instance()
+    instance.add_dynamic_partitions("compiles", [record.key])
+    while (steps := next_steps(ctx))[0].kind != "rollouts":  # inputs, the matrix, the iteration up to its candidate
+        run_step(ctx, steps[0])
+
+    def tick() -> dg.SensorResult:  # a fresh cursor: the compile is new to it
+        with dg.build_sensor_context(instance=instance, resources={"store": CompileStoreResource(root=str(tmp_path / "store"))}) as context:
+            return compile_loop_sensor(context)
+
+    it = f"{record.key}/section/i00"
+    result = tick()
+    assert [(r.job_name, r.partition_key, r.run_key, "deep/queue" in r.tags) for r in result.run_requests] == [
+        ("roll_out_task", f"{it}/t0", f"rollouts:{it}/t0", False), ("roll_out_task", f"{it}/t1", f"rollouts:{it}/t1", False)]
+    assert [a.partition_keys for a in result.dynamic_partitions_requests] == [[f"{it}/t0"], [f"{it}/t1"]]
+    for step in steps:
+        run_step(ctx, step)
+    assert [(r.job_name, r.run_key, r.tags["deep/queue"]) for r in tick().run_requests] == [
+        ("run_iteration", f"iteration:{it}:after-rollouts", record.key)]
+
+
+CHAT = {"runner": "chat", "agent_model": "scripted/agent", "judge_model": "scripted/judge",
+        "editor_model": "scripted/editor", "rollouts": 2, "parallel": 1}
+
+
+def chat_task_set(tmp_path, scripted_llm, **settings) -> CompileHandle:
+    """Two training tasks whose bundles' traces are not this chat agent's: the input batch is rolled out."""
+    install_world(scripted_llm, TaskWorld({"status-update": (2, 4), "release-notes": (2, 4)}))
+    skill, bundle, release, retro = task_files(tmp_path)
+    loaded = load_task_set(task_inputs([bundle, release], [retro], None))
+    record = register_compile(tmp_path / "store", skill, None, effective_config(load_deployment(), {**CHAT, **settings}),
+                              task_set=loaded)
+    return CompileHandle.open(tmp_path / "store", record.key)
+
+
+def test_a_failed_task_s_rollouts_rerun_alone_and_the_inputs_step_commits_them(tmp_path, scripted_llm):
+    from deep_pipeline.engine.steps import next_steps
+    from deep_pipeline.errors import StepError
+    from tests.test_engine_machine_faults import unreachable
+
+    ctx = chat_task_set(tmp_path, scripted_llm)
+    first, second = next_steps(ctx)  # the input batch's rollouts, one step per training task
+    assert (first.kind, first.partition_key, second.partition_key) == ("rollouts", f"{ctx.cdir.key}/t0", f"{ctx.cdir.key}/t1")
+    scripted_llm.script("agent", "update one", "update two", "notes one", unreachable())
+    run_step(ctx, first)
+    try:
+        run_step(ctx, second)
+    except StepError as exc:
+        assert "input-t1 rollouts: 1 of 2 failed outside the agent" in str(exc)
+    else:
+        raise AssertionError("the unreachable model should fail t1's step")
+    assert [s.partition_key for s in next_steps(ctx)] == [f"{ctx.cdir.key}/t1"]  # t0's are stored: only t1 again
+    scripted_llm.always("agent", "notes again")
+    before = len(scripted_llm.requests_for("agent"))
+    run_step(ctx, second)
+    assert len(scripted_llm.requests_for("agent")) == before + 1  # only t1's failed rollout
+    (inputs,) = next_steps(ctx)
+    run_step(ctx, inputs)  # commits the batch from the stored traces: no agent call
+    assert len(scripted_llm.requests_for("agent")) == before + 1
+    assert [(task.name, sorted(t.final_output for t in traces)) for task, traces in ctx.task_traces("input")] == [
+        ("status-update", ["update one", "update two"]), ("release-notes", ["notes again", "notes one"])]
+
+
+def test_a_task_s_rollouts_stopped_by_the_budget_stop_the_batch_and_the_compile_finalizes(tmp_path, scripted_llm):
+    from deep_pipeline.engine.steps import next_steps
+
+    ctx = chat_task_set(tmp_path, scripted_llm, max_calls=2)  # t0's two rollouts spend the budget
+    scripted_llm.always("agent", "an answer")
+    for step in next_steps(ctx):
+        run_step(ctx, step)
+    stopped = json.loads((ctx.cdir.batch_dir("input") / "task-t1.json").read_text())
+    assert (stopped["task"], stopped["skipped"], stopped["trace_ids"]) == ("release-notes", "budget_exhausted", [])
+    report = run_steps(ctx, run_step)
+    assert report.status == "budget_exhausted" and not ctx.cdir.has_batch("input")
+    assert len(scripted_llm.requests_for("agent")) == 2
+
+
+def test_a_budget_spent_by_the_candidate_s_task_rollouts_finalizes_with_a_report(tmp_path, scripted_llm):
+    from deep_pipeline.engine.status import compile_status, format_status
+    from deep_pipeline.report import gather, render
+
+    # 4 input rollouts, 10 column calls (5 dimensions x 2 tasks), 1 edit, then t0's 2 candidate rollouts.
+    ctx = chat_task_set(tmp_path, scripted_llm, max_calls=17)
+    scripted_llm.always("agent", "an answer")
+    report = run_steps(ctx, run_step)
+    assert report.status == "budget_exhausted" and report.decisions == []
+    it = ctx.cdir.iteration_dir("section", 0)
+    # t0's rollouts reached the cap: the policy finalizes and t1's are never asked for
+    assert [p.name for p in ctx.cdir.batch_dir("section-i00").glob("task-*.json")] == ["task-t0.json"]
+    assert (it / "candidate.json").is_file() and not (it / "decision.json").exists()  # begun, never decided
+    assert "budget" in format_status(compile_status(ctx)) and "budget_exhausted" in render(gather(ctx.cdir))

@@ -68,7 +68,9 @@ def action_label(action: Action) -> str:
     return "inputs" if isinstance(action, PrepareInputs) else "done"
 
 
-StepKind = Literal["inputs", "matrix", "iteration", "finalize"]
+# "rollouts": one training task's rollouts of a task set's batch, a step of its own (SPEC §11),
+# asked for before the step that needs the batch (engine/steps.py next_steps); no action names it.
+StepKind = Literal["inputs", "matrix", "iteration", "finalize", "rollouts"]
 
 
 def step_of(compile_key: str, action: Action) -> tuple[StepKind, str] | None:

@@ -3,7 +3,9 @@
 - compile key: `<skill name>-<first 6 hex of the identity hash>`, e.g. `pdf-3fa2b1`;
 - matrix key: `<compile>/<level>/m<NN>` (the level's start is m00, refreshes follow);
 - iteration key: `<compile>/<level>/i<NN>` (NN = the iteration's 0-based index in the level);
-- trace batch of an iteration's candidate rollouts: `<level>-i<NN>`.
+- trace batch of an iteration's candidate rollouts: `<level>-i<NN>`;
+- a task set's rollouts of one training task (SPEC §11): `<compile>/t<i>` for the input
+  batch, `<iteration>/t<i>` for an iteration's candidate (t<i>: the task's place in the set).
 
 They double as Dagster dynamic partition keys, which must not contain "..." or control
 characters, so the skill name is reduced to a slug of `[a-z0-9-]`. NN has at least two
@@ -73,6 +75,25 @@ def parse_key(key: str) -> tuple[str, Level, KeyKind, int]:
         raise ValueError(f"not a matrix or iteration key (<compile>/<level>/m<NN> or i<NN>): {key!r}")
     kind: KeyKind = "matrix" if match["kind"] == "m" else "iteration"
     return match["compile"], match["level"], kind, int(match["index"])  # type: ignore[return-value]
+
+
+def task_rollouts_key(owner_key: str, label: str) -> str:
+    """The key of one training task's rollouts for the step `owner_key` (a compile: its input
+    batch; an iteration: its candidate's), `label` the task's `t<i>`."""
+    if not re.fullmatch(r"t\d+", label):
+        raise ValueError(f"a task label is t<i>, got {label!r}")
+    return f"{owner_key}/{label}"
+
+
+def parse_task_rollouts_key(key: str) -> tuple[str, str]:
+    """(owner key, task label) of a task rollouts key: the owner a compile or an iteration key."""
+    owner, _, label = key.rpartition("/")
+    if not re.fullmatch(r"t\d+", label) or not owner or ("/" in owner and _KEY.fullmatch(owner) is None):
+        raise ValueError(f"not a task rollouts key (<compile or iteration>/t<i>): {key!r}")
+    return owner, label
+
+
+INPUT_BATCH = "input"  # the trace batch of the incumbent's traces
 
 
 def batch_name(level: Level, index: int) -> str:

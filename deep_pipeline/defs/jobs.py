@@ -20,6 +20,7 @@ from deep_pipeline.defs.assets.inputs import input_traces
 from deep_pipeline.defs.assets.iteration import iteration
 from deep_pipeline.defs.assets.matrix import build_matrix_assets
 from deep_pipeline.defs.assets.output import compile_report, final_skill
+from deep_pipeline.defs.assets.task_rollouts import task_rollouts
 from deep_pipeline.defs.assets.timeline import compile_timeline
 from deep_pipeline.defs.checks import (
     candidate_keeps_structure,
@@ -43,6 +44,7 @@ STEP_JOBS = {  # StepKind -> the asset job that runs it
     "matrix": _step_job("matrix", dg.AssetSelection.groups("matrix"), "Score one matrix: every column, then level_matrix."),
     "iteration": _step_job("iteration", [iteration], "One iteration: edit, candidate, rollouts, comparison, decision."),
     "finalize": _step_job("finalize", [final_skill, compile_report], "Write S_final and the report."),
+    "rollouts": _step_job("rollouts", [task_rollouts], "One training task's rollouts of a task set's batch (SPEC §11)."),
 }
 ASSET_JOBS = list(STEP_JOBS.values())
 
@@ -57,6 +59,7 @@ EVALUATION_JOBS = [evaluation_job]
 step_defs = dg.Definitions(
     assets=[
         input_traces,
+        task_rollouts,
         *build_matrix_assets(load_deployment().dimensions),
         iteration,
         final_skill,

@@ -11,6 +11,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from deep_pipeline.errors import InputError
+from deep_pipeline.inputs.tasks import load_task_set, task_inputs
 from deep_pipeline.runtime.driver import drive_compile
 from deep_pipeline.runtime.register import register_batch, register_with_overrides
 from deep_pipeline.runtime.sweep import process_tags
@@ -19,7 +21,9 @@ from deep_pipeline.defs.resources import CompileDefaultsResource, CompileStoreRe
 
 class CompileRequest(dg.Config):
     skill_dir: str = Field(description="The skill folder (holds SKILL.md)")
-    bundle: str = Field(description="The task bundle JSON")
+    bundle: str | None = Field(default=None, description="The task bundle JSON (or `tasks`)")
+    tasks: str | None = Field(default=None, description="A task-set file (YAML: bundles with split train|holdout, "
+                              "SPEC §11), in place of `bundle`")
     overrides: dict[str, Any] = Field(default_factory=dict, description="CompileConfig fields: models, runner, SPEC constants")
 
 
@@ -30,8 +34,15 @@ class BatchRequest(dg.Config):
 def _register(context: dg.OpExecutionContext, config: CompileRequest, store: CompileStoreResource,
               defaults: CompileDefaultsResource, announce: bool = True):
     overrides = {**defaults.overrides(), **config.overrides}
-    record, new = register_with_overrides(context.instance, store.root_path(), Path(config.skill_dir), Path(config.bundle), overrides,
-                           "run config: overrides", announce=announce, transport=store.transport())
+    if (config.bundle is None) == (config.tasks is None):
+        raise InputError("run config: give one of `bundle` (a task bundle) and `tasks` (a task-set file)")
+    task_set = None
+    if config.tasks is not None:  # checked as `compile --tasks` checks it
+        task_set = load_task_set(task_inputs(None, None, Path(config.tasks)))
+    record, new = register_with_overrides(context.instance, store.root_path(), Path(config.skill_dir),
+                                          Path(config.bundle) if config.bundle else None, overrides,
+                                          "run config: overrides", announce=announce, transport=store.transport(),
+                                          task_set=task_set)
     context.log.info(f"{'registered' if new else 'found existing'} compile {record.key}")
     context.add_output_metadata({"compile": record.key, "new": new, "folder": str(store.root_path() / record.key)})
     return record
@@ -62,7 +73,7 @@ def start_batch_op(context: dg.OpExecutionContext, config: BatchRequest, store: 
     return [key for key, new in started if new]
 
 
-@dg.job(description="Register a compile (skill + task bundle + overrides) for the loop sensor to carry on.")
+@dg.job(description="Register a compile (skill + task bundle or task set + overrides) for the loop sensor to carry on.")
 def start_compile():
     start_compile_op()
 

@@ -2,26 +2,28 @@
 Dagster names of each kind of step, its partition set and its job (known here only).
 
 Keys: `compiles` = `<skill>-<6 hex>`; `matrices` = `<compile>/<level>/m<NN>`;
-`iterations` = `<compile>/<level>/i<NN>` (see deep_pipeline.core.keys).
+`iterations` = `<compile>/<level>/i<NN>`; `task_rollouts` = `<compile or iteration>/t<i>`, a task
+set's training task's rollouts of that step's batch (see deep_pipeline.core.keys).
 """
 
 import dagster as dg
 
 from deep_pipeline.core.actions import StepKind
 
-COMPILES, MATRICES, ITERATIONS = "compiles", "matrices", "iterations"
+COMPILES, MATRICES, ITERATIONS, TASK_ROLLOUTS = "compiles", "matrices", "iterations", "task_rollouts"
 # The partition set each kind of step is keyed in: known here only (the engine names no set).
 PARTITION_SET: dict[StepKind, str] = {"inputs": COMPILES, "matrix": MATRICES, "iteration": ITERATIONS,
-                                      "finalize": COMPILES}
+                                      "finalize": COMPILES, "rollouts": TASK_ROLLOUTS}
 # The job that runs each kind of step (defs/jobs.py defines them): a name, so the drivers, the
 # sensor and a step run submitting the next one (runtime/next_run.py) find it without importing
 # the jobs, whose assets' wrapper imports runtime/next_run.py.
 STEP_JOB: dict[StepKind, str] = {"inputs": "prepare_inputs", "matrix": "score_matrix", "iteration": "run_iteration",
-                                 "finalize": "finalize"}
+                                 "finalize": "finalize", "rollouts": "roll_out_task"}
 
 compiles_partitions = dg.DynamicPartitionsDefinition(name=COMPILES)
 matrices_partitions = dg.DynamicPartitionsDefinition(name=MATRICES)
 iterations_partitions = dg.DynamicPartitionsDefinition(name=ITERATIONS)
+task_rollouts_partitions = dg.DynamicPartitionsDefinition(name=TASK_ROLLOUTS)
 
 
 def across_sets(upstream: str) -> dg.AssetDep:

@@ -10,7 +10,7 @@ and asks nothing; it is the backstop after a crash, a restart or an error there.
 a compile is queued or running the sensor leaves the compile to it (runtime/run_history.py
 `run_in_flight`) and looks at it again every tick until none is: a tick reads a step's ending
 materialization late, when the next step's run may already be running, and must not ask for
-the step after that. A step whose run failed outside its own work (a
+the step after that. A task set's task rollouts (SPEC §11) are asked for together, one request each. A step whose run failed outside its own work (a
 launch failure, a killed worker) is asked for again under `<run key>:<n>`, n its failed runs
 so far, up to `step_launch_attempts` runs with backoff (core/retry.py, runtime/run_history.py).
 """
@@ -21,7 +21,6 @@ import time
 
 import dagster as dg
 
-from deep_pipeline.core.keys import parse_key
 from deep_pipeline.defs.jobs import ASSET_JOBS
 from deep_pipeline.core.retry import RetryPlan, gave_up_line, waiting_line
 from deep_pipeline.runtime.run_history import compiles_failed_since, plan_step, run_in_flight
@@ -30,19 +29,20 @@ from deep_pipeline.runtime.next_run import loop_request_tags
 from deep_pipeline.runtime.sweep import release_dead_runs
 from deep_pipeline.runtime.tags import LOOP_SENSOR
 from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET, STEP_JOB
-from deep_pipeline.engine.steps import next_step
+from deep_pipeline.engine.steps import next_steps
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.failures import last_failure, record_failure
 from deep_pipeline.engine.status import failure_line
 from deep_pipeline.errors import InputError, StepError
 
-WATCHED = ("input_traces", "level_matrix", "decision", "compile_report")
+# The assets a step ends with; candidate_package ends a task set's iteration's first run (SPEC §11).
+WATCHED = ("input_traces", "task_rollouts", "level_matrix", "candidate_package", "decision", "compile_report")
 PAGE = 200
 
 
 def _compile_of(partition_key: str) -> str:
-    return parse_key(partition_key)[0] if "/" in partition_key else partition_key
+    return partition_key.split("/", 1)[0]  # every key starts with its compile's (core/keys.py)
 
 
 def read_cursor(raw: str | None) -> dict:
@@ -77,11 +77,8 @@ def touched_compiles(instance: dg.DagsterInstance, cursor: dict) -> set[str]:
     return touched | new | set(cursor["pending"])
 
 
-def requests_for(ctx: CompileHandle, step=None, plan: RetryPlan | None = None
-                 ) -> tuple[dg.RunRequest | None, dg.AddDynamicPartitionsRequest | None]:
-    step = step or next_step(ctx)
-    if step is None:
-        return None, None
+def requests_for(ctx: CompileHandle, step, plan: RetryPlan | None = None
+                 ) -> tuple[dg.RunRequest, dg.AddDynamicPartitionsRequest | None]:
     run_key = plan.run_key(step.run_key) if plan else step.run_key
     tags = loop_request_tags(ctx.cdir.key, step)  # as a step run's own submission of it (runtime/next_run.py)
     run = dg.RunRequest(run_key=run_key, job_name=STEP_JOB[step.kind], partition_key=step.partition_key, tags=tags)
@@ -133,16 +130,15 @@ def compile_loop_sensor(context: dg.SensorEvaluationContext, store: CompileStore
                 why.append(f"{key}: not relaunched: its last step run failed ({failure_line(failure)}); "
                            f"`deep-pipeline resume {key}` or re-executing that run carries it on")
                 continue
-            run, add = _next_run(context, ctx, now, pending, why)
+            for step in next_steps(ctx) or [None]:
+                run, add = _next_run(context, ctx, step, now, pending, why)
+                runs += [run] if run is not None else []
+                adds += [add] if add is not None else []
         except (StepError, InputError, ValueError) as exc:
             context.log.warning(f"{key}: skipped: {exc}")
             why.append(f"{key}: skipped: {exc}")
             continue
-        if run is not None:
-            runs.append(run)
-        if add is not None:
-            adds.append(add)
-    cursor["pending"] = pending
+    cursor["pending"] = sorted(set(pending))  # a task set's steps may each have added their compile
     # The tick's history in the UI says which compiles were looked at and why none got a run.
     skip = None if runs else ("; ".join(why) or "no compile changed since the last tick")
     if runs and why:
@@ -150,10 +146,10 @@ def compile_loop_sensor(context: dg.SensorEvaluationContext, store: CompileStore
     return dg.SensorResult(run_requests=runs, dynamic_partitions_requests=adds, cursor=json.dumps(cursor), skip_reason=skip)
 
 
-def _next_run(context: dg.SensorEvaluationContext, ctx: CompileHandle, now: float, pending: list[str], why: list[str]):
-    """The compile's next run request, as its step's failed runs allow (core/retry.py)."""
+def _next_run(context: dg.SensorEvaluationContext, ctx: CompileHandle, step, now: float, pending: list[str],
+              why: list[str]):
+    """The run request for one of the compile's next steps, as its failed runs allow (core/retry.py)."""
     key, config = ctx.cdir.key, ctx.config
-    step = next_step(ctx)
     if step is None:
         why.append(f"{key}: finished, nothing left to run")
         return None, None

@@ -114,7 +114,7 @@ class CompileHandle:
             return self._services
 
     @contextlib.contextmanager
-    def step_lock(self, note: Callable[[str], None] | None = None) -> Iterator[None]:
+    def step_lock(self, note: Callable[[str], None] | None = None, shared: bool = False) -> Iterator[None]:
         """One engine step of this compile at a time, whoever runs it (SPEC §9).
 
         The driver lock keeps drivers apart, but a run the daemon launched goes through
@@ -123,6 +123,8 @@ class CompileHandle:
         stderr and to `note`) and then finds the first one's records: the steps resume
         from what is stored, so the end state is that of one driver alone. Under the
         lock nothing else writes the folder, so a killed writer's temp files go now.
+        `shared`: a task set's task rollouts (SPEC §11), which run beside each other (each
+        writes its own task's files) and never beside a step; they leave the temp files be.
         """
         self.cdir.require()
         path = self.cdir.path / "step.lock"
@@ -138,11 +140,12 @@ class CompileHandle:
             if note:
                 note(line)
 
-        with file_lock(path, on_wait=waiting):
+        with file_lock(path, shared=shared, on_wait=waiting):
             held.add(path)
             try:
-                packages = (self.cdir.input_skill, self.cdir.final_skill, *self.cdir.path.glob("iterations/*/candidate"))
-                remove_orphaned_temps(self.cdir.path, packages)
+                if not shared:
+                    packages = (self.cdir.input_skill, self.cdir.final_skill, *self.cdir.path.glob("iterations/*/candidate"))
+                    remove_orphaned_temps(self.cdir.path, packages)
                 yield
             finally:
                 held.discard(path)

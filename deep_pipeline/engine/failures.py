@@ -58,8 +58,11 @@ def record_failure(cdir: CompileDir, run_id: str, partition: str, step: str, err
         pass
 
 
-def clear_failure(cdir: CompileDir) -> None:
-    """A step ended: the compile is moving again."""
+def clear_failure(cdir: CompileDir, partition: str | None = None) -> None:
+    """A step ended: the compile is moving again. With `partition` (a task set's task rollouts,
+    which run beside each other) only that step's own failure goes: another task's stays."""
+    if partition is not None and (failure := last_failure(cdir)) is not None and failure.partition != partition:
+        return
     failure_path(cdir).unlink(missing_ok=True)
 
 

@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from deep_pipeline.core.config import CompileConfig
+from deep_pipeline.core.keys import INPUT_BATCH
 from deep_pipeline.core.growth import skill_size
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Decision, Trace
 from deep_pipeline.core.skill_use import IterationSkillUse, opened_counts, share
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.live import LIVE, heartbeat
+from deep_pipeline.engine.task_rollouts import traces_of_task
 from deep_pipeline.engine.records import CompileRecord, Report, RolloutsRecord, TraceBatchRecord
 from deep_pipeline.errors import StepError, one_line
 from deep_pipeline.core.package import changed_files, file_diffs
@@ -23,7 +25,6 @@ from deep_pipeline.store import (
     sha256_text,
 )
 
-INPUT_BATCH = "input"
 
 
 def agent_name(config: CompileConfig, record: CompileRecord) -> str:
@@ -56,73 +57,6 @@ def usable_bundle_traces(record: CompileRecord, traces: list[Trace]) -> bool:
     return True
 
 
-def roll_out(ctx: CompileHandle, package_dir, skill_sha256: str, batch: str) -> tuple[list[Trace], dict | None]:
-    """`rollouts` runs of a package per training task (SPEC §6.4, §11): every trace, and each
-    task's trace ids (None for a compile of one task, whose batch is all its task's)."""
-    tasks = ctx.training_tasks
-    if len(tasks) == 1:
-        return _roll_out_task(ctx, tasks[0], package_dir, skill_sha256, batch), None
-    traces, by_task = [], {}
-    for task in tasks:  # one task after another: each task's rollouts run concurrently
-        made = _roll_out_task(ctx, task, package_dir, skill_sha256, batch)
-        traces += made
-        by_task[task.name] = [t.trace_id for t in made]
-    return traces, by_task
-
-
-def _roll_out_task(ctx: CompileHandle, task_of, package_dir, skill_sha256: str, batch: str) -> list[Trace]:
-    """`rollouts` runs of a package on one task, each trace stored the moment it ends.
-
-    A run that crashed part-way left some traces behind: those are kept, not run again
-    (SPEC §9); batch.json, written by the caller, still commits the batch. A rollout the
-    machinery failed (`api_error`, `sandbox_setup`) is not stored: the step fails in one
-    line and the next run makes only that rollout again.
-    """
-    from deep_pipeline.rollouts.base import RolloutTask, trace_id
-
-    cdir, record = ctx.cdir, ctx.record
-    folder = cdir.batch_dir(batch)
-    label = task_of.trace_label(batch)  # the batch itself for a compile of one task
-    done = {
-        index: trace
-        for index in range(record.config.rollouts)
-        if (path := folder / f"{trace_id(label, index)}.json").is_file()
-        and (trace := read_model(path, Trace)).error_category not in MACHINE_FAULT_CATEGORIES
-    }
-
-    def store(index: int, trace: Trace) -> None:
-        if trace.error_category not in MACHINE_FAULT_CATEGORIES:
-            atomic_write_json(folder / f"{trace.trace_id}.json", trace.model_copy(update={"batch": batch}))
-        ended.append(index)
-        outcome = trace.error_category or "done"
-        LIVE.info("%s: rollout %d of %d %s", label, len(ended), record.config.rollouts, outcome)
-
-    ended: list[int] = list(done)
-
-    task = RolloutTask(prompt=task_of.prompt, task_dir=task_of.task_dir, skill_name=record.skill_name)
-    archive = cdir.raw_dir(batch) if task_of.label is None else cdir.raw_dir(batch) / task_of.label
-
-    def waiting_on() -> str:
-        return f"rollout {len(ended) + 1}/{record.config.rollouts} of {label} waiting on the agent"
-
-    with heartbeat(waiting_on):
-        traces = ctx.services.runner.run_batch(
-            package_dir=package_dir, skill_sha256=skill_sha256, task=task, batch=label, n=record.config.rollouts,
-            archive_dir=archive, done=done, progress=store,
-        )
-    # A task's traces are the batch's, named by the task's label (a no-op for one task).
-    traces = [t.model_copy(update={"batch": batch}) for t in traces]
-    faults = [t for t in traces if t.error_category in MACHINE_FAULT_CATEGORIES]
-    if faults:
-        first = faults[0]
-        raise StepError(
-            f"{label} rollouts: {len(faults)} of {len(traces)} failed outside the agent "
-            f"({first.trace_id}: {first.error_category}: {one_line(first.error_reason, 200)}); "
-            "run the compile again to redo only those"
-        )
-    return traces
-
-
 def input_step(ctx: CompileHandle) -> TraceBatchRecord | None:
     """The incumbent's traces; None when the budget ran out first (the compile then finalizes).
 
@@ -148,7 +82,7 @@ def input_step(ctx: CompileHandle) -> TraceBatchRecord | None:
             notes.append("the bundle's traces match this agent, model and SKILL.md")
         else:
             try:
-                made = _roll_out_task(ctx, task, cdir.input_skill, record.skill_sha256, INPUT_BATCH)
+                made = traces_of_task(ctx, task, cdir.input_skill, record.skill_sha256, INPUT_BATCH)
             except BudgetExhausted as exc:
                 atomic_write_json(cdir.budget_stop_path, {"step": "input_traces", "reason": str(exc)})
                 return None

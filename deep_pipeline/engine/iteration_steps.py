@@ -17,35 +17,16 @@ from deep_pipeline.core.growth import growth, too_large
 from deep_pipeline.core.keys import batch_name, edit_call_key, iteration_key, matrix_key, parse_key
 from deep_pipeline.core.matrix import current_matrix
 from deep_pipeline.core.package import changed_files, package_sha256, units_of
-from deep_pipeline.core.models import (
-    SKILL_FILE,
-    BUDGET_EXHAUSTED,
-    EDIT_TOO_LARGE,
-    EDIT_VALIDATION_EXHAUSTED,
-    EXACT_DUPLICATE,
-    CallScores,
-    Cell,
-    Decision,
-    ScoreMatrix,
-    TaskComparison,
-)
+from deep_pipeline.core.models import (SKILL_FILE, BUDGET_EXHAUSTED, EDIT_TOO_LARGE, EDIT_VALIDATION_EXHAUSTED,
+                                       EXACT_DUPLICATE, CallScores, Cell, Decision, ScoreMatrix, TaskComparison)
 from deep_pipeline.core.actions import RunIteration
 from deep_pipeline.core.skill_use import SkillUse, not_applicable_reason, opened_files, skill_use
 from deep_pipeline.llm.accounting import usage_of_calls
 from deep_pipeline.engine.context import CompileHandle
-from deep_pipeline.engine.io_steps import roll_out
+from deep_pipeline.engine.task_rollouts import roll_out, tasks_left
 from deep_pipeline.engine.live import heartbeat, model_of
-from deep_pipeline.engine.records import (
-    CandidateRecord,
-    ComparisonRecord,
-    DecisionRecord,
-    EditAttempt,
-    EditRecord,
-    MatrixRecord,
-    RolloutsRecord,
-    TaskComparisonEntry,
-    TraceBatchRecord,
-)
+from deep_pipeline.engine.records import (CandidateRecord, ComparisonRecord, DecisionRecord, EditAttempt, EditRecord,
+                                          MatrixRecord, RolloutsRecord, TaskComparisonEntry, TraceBatchRecord)
 from deep_pipeline.errors import AnswerError, StepError
 from deep_pipeline.store import atomic_copy_tree, atomic_write_json, package_files, package_hash, read_model, sha256_text
 
@@ -205,11 +186,17 @@ def candidate_step(it: Iteration, edit: EditRecord) -> CandidateRecord:
     return it.once("candidate.json", CandidateRecord, make)
 
 
-def rollouts_step(it: Iteration, candidate: CandidateRecord) -> RolloutsRecord:
-    """`rollouts` runs of the candidate, concurrently, each with its timeout (SPEC §6.4)."""
+def rollouts_step(it: Iteration, candidate: CandidateRecord) -> RolloutsRecord | None:
+    """`rollouts` runs of the candidate, concurrently, each with its timeout (SPEC §6.4).
+
+    None while a task set's rollouts are steps of their own still to run (engine/task_rollouts.py):
+    the iteration's step ends here and resumes from its records once they ran.
+    """
     from deep_pipeline.llm.budget import BudgetExhausted
 
     ctx = it.ctx
+    if not candidate.skipped and not it.path("rollouts.json").is_file() and tasks_left(ctx, it.batch):
+        return None
 
     def make() -> RolloutsRecord:
         if candidate.skipped:
@@ -388,11 +375,12 @@ def _task_comparisons(ctx: CompileHandle, comparison: ComparisonRecord) -> list[
                            candidate_traces=candidate[task.name]) for task, traces in incumbent]
 
 
-def run_iteration(ctx: CompileHandle, level: str, index: int) -> Decided:
+def run_iteration(ctx: CompileHandle, level: str, index: int) -> Decided | None:
+    """The iteration's step in this process; None when it ended at its candidate (task rollouts next)."""
     it = Iteration(ctx, level, index)
     edit = edit_step(it)
     candidate = candidate_step(it, edit)
-    rollouts = rollouts_step(it, candidate)
-    comparison = comparison_step(it, edit, rollouts)
-    return decision_step(it, edit, comparison)
+    if (rollouts := rollouts_step(it, candidate)) is None:
+        return None
+    return decision_step(it, edit, comparison_step(it, edit, rollouts))
 

@@ -104,6 +104,18 @@ class TraceBatchRecord(EngineRecord):
         return omit_when_none(handler(self), self, ("task_traces",))
 
 
+class TaskRolloutsRecord(EngineRecord):
+    """traces/<batch>/task-<t<i>>.json: one training task's rollouts of a task set's batch, made by
+    a step of their own (SPEC §11); the batch's step then commits them in batch.json."""
+
+    task: str
+    label: str
+    batch: str
+    trace_ids: list[str] = Field(default_factory=list)
+    skipped: str | None = None  # "budget_exhausted": the budget ran out first (its reason in `note`)
+    note: str = ""
+
+
 class ColumnRecord(EngineRecord):
     dimension: str
     cells: list[Cell]

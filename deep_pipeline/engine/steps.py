@@ -1,9 +1,10 @@
 """The step table and the one loop: which step comes next, how to run it, what to print.
 
-`next_step` is the only place the policy's action becomes a `Step`; `run_step` runs one
-in this process; `summary` is the one progress line; `run_steps` is the only loop. The plain
+`next_steps` is the only place the policy's action becomes `Step`s: one, or a task set's task
+rollouts (SPEC §11), which may all run at once; `run_step` runs one in this process; `summary`
+is the one progress line; `run_steps` is the only loop (one step after another). The plain
 driver passes `run_step` to `run_steps`, the CLI and the `compile` job pass "start the job
-for this step" (runtime/driver.py), and the loop sensor turns `next_step` into run requests.
+for this step" (runtime/driver.py), and the loop sensor turns `next_steps` into run requests.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from deep_pipeline.core.actions import Action, StepKind, step_of
-from deep_pipeline.core.keys import iteration_label
+from deep_pipeline.core.actions import Action, PrepareInputs, RunIteration, StepKind, step_of
+from deep_pipeline.core.keys import iteration_label, task_rollouts_key
 from deep_pipeline.llm.accounting import cost_text, usage_of_calls
 from deep_pipeline.engine.context import CompileHandle, Outlook
-from deep_pipeline.engine.io_steps import INPUT_BATCH, finalize_step, input_step
+from deep_pipeline.engine.io_steps import INPUT_BATCH, finalize_step, input_step, usable_bundle_traces
 from deep_pipeline.engine.iteration_steps import Iteration, run_iteration
+from deep_pipeline.engine.task_rollouts import task_rollouts_step, tasks_left
 from deep_pipeline.engine.matrix_steps import run_matrix
-from deep_pipeline.engine.records import DecisionRecord, Report
+from deep_pipeline.engine.records import CandidateRecord, DecisionRecord, Report
 from deep_pipeline.errors import StepError
 from deep_pipeline.store import read_model
 
@@ -27,27 +29,66 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Step:
-    """A step kind with the policy's action it performs (for a matrix or an iteration, its level and index)."""
+    """A step kind with the policy's action it serves (for a matrix or an iteration, its level and index).
+
+    `resumed`: an iteration's step after its task rollouts, a run of its own (its first run made
+    the candidate and ended): a run key of its own, as Dagster spends a run key once.
+    """
 
     kind: StepKind
     partition_key: str
     action: Action
+    resumed: bool = False
 
     @property
     def run_key(self) -> str:
-        # Dagster deduplicates a run key forever: one run per (kind, partition key).
-        return f"{self.kind}:{self.partition_key}"
+        # Dagster deduplicates a run key forever: one run per (kind, partition key[, resumed]).
+        return f"{self.kind}:{self.partition_key}" + (":after-rollouts" if self.resumed else "")
 
 
-def next_step(ctx: CompileHandle, outlook: Outlook | None = None) -> Step | None:
-    """The step the policy asks for now (from `outlook` when the caller has just derived it);
-    None once the compile is finalized."""
+def next_steps(ctx: CompileHandle, outlook: Outlook | None = None) -> list[Step]:
+    """The steps the policy asks for now (from `outlook` when the caller has just derived it):
+    one, or the training tasks' rollouts its step needs first (SPEC §11; each may run beside the
+    others); none once the compile is finalized."""
     outlook = outlook or ctx.look()
     named = step_of(ctx.cdir.key, outlook.action)
     if named is None:
-        return None
+        return []
     kind, key = named
-    return Step(kind, key, outlook.action)
+    action = outlook.action
+    left = _tasks_to_roll_out(ctx, action)
+    if left:
+        return [Step("rollouts", task_rollouts_key(key, task.label), action) for task in left]
+    return [Step(kind, key, action, resumed=_after_task_rollouts(ctx, action))]
+
+
+def next_step(ctx: CompileHandle, outlook: Outlook | None = None) -> Step | None:
+    """The first of `next_steps`: what a driver running one step after another runs next."""
+    steps = next_steps(ctx, outlook)
+    return steps[0] if steps else None
+
+
+def _tasks_to_roll_out(ctx: CompileHandle, action: Action) -> list:
+    """A task set's training tasks whose rollouts the action's step needs and still lacks."""
+    if isinstance(action, PrepareInputs):
+        record = ctx.record
+        return [task for task in tasks_left(ctx, INPUT_BATCH) if not usable_bundle_traces(
+            record.model_copy(update={"bundle_agent": task.bundle.agent, "bundle_agent_model": task.bundle.agent_model}),
+            task.bundle.traces)]
+    if isinstance(action, RunIteration) and _candidate_made(ctx, action):
+        it = Iteration(ctx, action.level, action.index)
+        return [] if it.path("rollouts.json").is_file() else tasks_left(ctx, it.batch)
+    return []
+
+
+def _candidate_made(ctx: CompileHandle, action: RunIteration) -> bool:
+    candidate = Iteration(ctx, action.level, action.index).load("candidate.json", CandidateRecord)
+    return candidate is not None and not candidate.skipped
+
+
+def _after_task_rollouts(ctx: CompileHandle, action: Action) -> bool:
+    """Whether the action is a task set's iteration past its candidate: its first run made it and ended."""
+    return isinstance(action, RunIteration) and len(ctx.training_tasks) > 1 and _candidate_made(ctx, action)
 
 
 def run_step(ctx: CompileHandle, step: Step) -> None:
@@ -56,6 +97,10 @@ def run_step(ctx: CompileHandle, step: Step) -> None:
     Each step checks on its own that it is the policy's next (CompileHandle.expect), and
     only when it has no stored record to resume from.
     """
+    if step.kind == "rollouts":  # beside the compile's other task rollouts, never beside its steps
+        with ctx.step_lock(shared=True):
+            task_rollouts_step(ctx, step.partition_key)
+        return
     with ctx.step_lock():
         if step.kind == "inputs":
             input_step(ctx)
@@ -91,9 +136,16 @@ def summary(ctx: CompileHandle, step: Step, calls_before: int = 0) -> str:
             f"{cost_text(usage.cost_usd)}; compile so far: {total.calls} calls, {cost_text(total.cost_usd)}]")
     if step.kind == "iteration":
         level, index = step.action.level, step.action.index
-        d = Iteration(ctx, level, index).load("decision.json", DecisionRecord).decision
+        record = Iteration(ctx, level, index).load("decision.json", DecisionRecord)
+        if record is None:  # a task set's iteration stopped at its candidate
+            return f"{iteration_label(level, index)}: candidate made; its rollouts per task next {tail}"
+        d = record.decision
         verdict = "accepted" if d.accepted else "rejected"
         return f"{iteration_label(level, index)}: {d.coordinate} {verdict} ({d.reason}) {tail}"
+    if step.kind == "rollouts":
+        made = task_rollouts_step(ctx, step.partition_key)  # stored: read back
+        what = f"{len(made.trace_ids)} rollouts" if not made.skipped else f"stopped ({made.skipped})"
+        return f"rollouts {step.partition_key} ({made.task}): {what} {tail}"
     if step.kind == "inputs" and ctx.cdir.has_batch(INPUT_BATCH):
         traces = ctx.cdir.traces(INPUT_BATCH)
         failed = [t.error_category for t in traces if t.error_category]

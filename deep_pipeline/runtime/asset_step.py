@@ -20,7 +20,8 @@ from deep_pipeline.runtime.timeline import ends_step, log_timeline
 
 
 @contextlib.contextmanager
-def asset_step(context: dg.AssetExecutionContext, ctx: CompileHandle, first: bool = False) -> Iterator[None]:
+def asset_step(context: dg.AssetExecutionContext, ctx: CompileHandle, first: bool = False,
+               shared: bool = False) -> Iterator[None]:
     """What every asset step body runs under: its run tagged with this process, the step lock.
 
     A run the CLI driver started has its tags already; one the daemon launched gets its
@@ -29,20 +30,21 @@ def asset_step(context: dg.AssetExecutionContext, ctx: CompileHandle, first: boo
     The asset a step ends with then logs the compile's timeline (runtime/timeline.py), so
     the UI shows a running compile after every step, and, in a run of the loop sensor, submits
     the compile's next step (runtime/next_run.py) instead of leaving it to the next tick.
+    `shared`: a task set's task rollouts, which hold the step lock shared (engine/context.py).
     """
     if WorkerClaim.of(context.run) is None:
         context.instance.add_run_tags(context.run.run_id, process_tags(context.run.run_id))
     if first and (warning := instance_warning(context.instance)):
         print(f"deep-pipeline: warning: {warning}", file=sys.stderr, flush=True)
         context.log.warning(warning)
-    with ctx.step_lock(context.log.warning), heartbeats_to(context.log.info):  # a long wait shows in the event log
+    with ctx.step_lock(context.log.warning, shared=shared), heartbeats_to(context.log.info):  # a long wait shows in the event log
         try:
             yield
         except Exception as exc:  # recorded so `status` and the timeline say "failed", not "running"
             _step_failed(context, ctx, exc)
             raise
         if ends_step(context):  # under the lock: read as this step left the records
-            clear_failure(ctx.cdir)
+            clear_failure(ctx.cdir, context.partition_key if shared else None)
             outlook = ctx.look()  # derived once, after the step: the timeline and the next step read it
             log_timeline(context, ctx, outlook)
             submit_next_step(context, ctx, outlook)  # a loop sensor's run: the next step starts as this run ends

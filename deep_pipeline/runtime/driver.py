@@ -47,7 +47,7 @@ def drive_compile(instance: dg.DagsterInstance, root: Path, key: str, progress: 
         partition_set = job.partitions_def.name  # the job's own dynamic set: the step's key joins it first
         if not instance.has_dynamic_partition(partition_set, step.partition_key):
             instance.add_dynamic_partitions(partition_set, [step.partition_key])
-        result = execute_with_origin(job, step.partition_key, instance, tags={**run_tags(key), **launched})
+        result = execute_with_origin(job, step.partition_key, instance, tags={**run_tags(key, step.kind), **launched})
         if not result.success:
             if _interrupted(result):
                 raise KeyboardInterrupt

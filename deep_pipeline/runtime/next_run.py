@@ -3,7 +3,7 @@
 The sensor ticks every 5 s at best: a step ended, and its successor waited for the next tick
 (then for the run queue). So the step's own run, once its records are written, creates the
 next step's run itself and submits it to the run queue. The queue (QueuedRunCoordinator, with
-the `deep/compile` tag limit of 1 in deep_pipeline/instance/dagster.yaml) holds it until this
+the `deep/queue` tag limit of 1 in deep_pipeline/instance/dagster.yaml) holds it until this
 run ends, then launches it within its dequeue interval (1 s). The sensor stays the backstop:
 after a crash, a restart, an error here, and for every retry of a step whose run failed
 (those stay the sensor's alone, with their backoff and log lines).
@@ -54,11 +54,11 @@ import dagster as dg
 from deep_pipeline.defs.partitions import COMPILES, PARTITION_SET, STEP_JOB
 from deep_pipeline.runtime.run_history import plan_step, step_key_tags
 from deep_pipeline.engine.context import CompileHandle, Outlook
-from deep_pipeline.engine.steps import Step, next_step
+from deep_pipeline.engine.steps import Step, next_steps
 from deep_pipeline.errors import one_line
 from deep_pipeline.runtime.driver_lock import driven_elsewhere
 from deep_pipeline.runtime.tags import (
-    COMPILE_TAG,
+    QUEUE_TAG,
     LOOP_SENSOR,
     NO_RETRY_TAG,
     RUN_KEY_TAG,
@@ -72,31 +72,32 @@ def loop_request_tags(compile_key: str, step: Step) -> dict[str, str]:
     """The tags of a run the loop sensor asks for (beside Dagster's run key, sensor and partition)."""
     # Dagster's own run retry is off for these runs: the sensor is their one retrier, and it
     # leaves a step that failed on its own to a person (docs/operations.md).
-    return {**run_tags(compile_key), **step_key_tags(step), NO_RETRY_TAG: "0"}
+    return {**run_tags(compile_key, step.kind), **step_key_tags(step), NO_RETRY_TAG: "0"}
 
 
-def submit_next_step(context: dg.AssetExecutionContext, ctx: CompileHandle, outlook: Outlook | None = None) -> str | None:
-    """Queue the compile's next step after this step of a loop sensor run; its run id, or None.
+def submit_next_step(context: dg.AssetExecutionContext, ctx: CompileHandle, outlook: Outlook | None = None) -> list[str]:
+    """Queue the compile's next steps after this step of a loop sensor run (one, or a task set's
+    task rollouts); the run ids submitted.
 
     Never fails the step that called it: an error is logged and the sensor's next tick asks.
     """
     run = context.run
     if run.tags.get(SENSOR_NAME_TAG) != LOOP_SENSOR or run.remote_job_origin is None or run.job_code_origin is None:
-        return None
+        return []
+    submitted: list[str] = []
     try:
         if not _queued_one_per_compile(context.instance) or driven_elsewhere(ctx):
-            return None
-        step = next_step(ctx, outlook)
-        if step is None:
-            return None  # finalized
+            return []
         config = ctx.config
-        plan = plan_step(context.instance, step, config.step_launch_attempts, config.step_retry_backoff_s, time.time())
-        if plan is None or plan.last is not None:
-            return None  # a run of it queued or running, or a retry: the sensor's
-        return _submit(context, ctx, step, plan.run_key(step.run_key))
+        for step in next_steps(ctx, outlook):  # none once finalized
+            plan = plan_step(context.instance, step, config.step_launch_attempts, config.step_retry_backoff_s, time.time())
+            if plan is None or plan.last is not None:
+                continue  # a run of it queued or running (another task's run asks), or a retry: the sensor's
+            if (run_id := _submit(context, ctx, step, plan.run_key(step.run_key))) is not None:
+                submitted.append(run_id)
     except Exception as exc:  # the step itself succeeded: leave the next one to the sensor
         context.log.warning(f"next step not submitted ({one_line(str(exc))}); the loop sensor's next tick asks for it")
-        return None
+    return submitted
 
 
 def _queued_one_per_compile(instance: dg.DagsterInstance) -> bool:
@@ -108,7 +109,7 @@ def _queued_one_per_compile(instance: dg.DagsterInstance) -> bool:
     if not isinstance(instance.run_coordinator, dg.QueuedRunCoordinator):
         return False
     queue = instance.get_concurrency_config().run_queue_config
-    return queue is not None and any(limit.get("key") == COMPILE_TAG and limit.get("limit") == 1
+    return queue is not None and any(limit.get("key") == QUEUE_TAG and limit.get("limit") == 1
                                      for limit in queue.tag_concurrency_limits or [])
 
 

@@ -14,7 +14,7 @@ from deep_pipeline.engine.batch import load_manifest
 from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.records import CompileRecord
 from deep_pipeline.engine.settings import effective_config, load_deployment
-from deep_pipeline.runtime.tags import COMPILE_TAG
+from deep_pipeline.runtime.tags import QUEUE_TAG
 
 LLM_POOL = "llm"
 
@@ -53,8 +53,8 @@ def instance_warning(instance: dg.DagsterInstance) -> str | None:
     if not instance.event_log_storage.get_concurrency_info(LLM_POOL).limit:
         missing.append(f"no limit on the '{LLM_POOL}' pool (concurrency.pools.default_limit)")
     queue = instance.get_concurrency_config().run_queue_config
-    if queue is None or not any(limit.get("key") == COMPILE_TAG for limit in queue.tag_concurrency_limits or []):
-        missing.append(f"no one-run-per-compile limit (concurrency.runs.tag_concurrency_limits on '{COMPILE_TAG}')")
+    if queue is None or not any(limit.get("key") == QUEUE_TAG for limit in queue.tag_concurrency_limits or []):
+        missing.append(f"no one-run-per-compile limit (concurrency.runs.tag_concurrency_limits on '{QUEUE_TAG}')")
     if not missing:
         return None
     from deep_pipeline.home import HOME_VARIABLE, our_dagster_yaml_name

@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from deep_pipeline.runtime import dagster_private
 
 COMPILE_TAG = "deep/compile"
+# The run queue's lane: one run at a time per value (deep_pipeline/instance/dagster.yaml). A step
+# run's is its compile's key; a task set's task rollouts have none, so they run side by side.
+QUEUE_TAG = "deep/queue"
 STEP_TAG = "deep/step"
 # Who started a step's run when no sensor did: `cli:<user>@<host>:<pid>` or `run:<compile run id>`;
 # the `compile` run a nested run belongs to (the UI filters the runs list by a clicked tag).
@@ -31,8 +34,9 @@ SUBMITTED_BY_TAG = "deep/submitted_by"
 LOCATION_NAME, REPOSITORY_NAME = "deep_pipeline.definitions", "__repository__"
 
 
-def run_tags(compile_key: str) -> dict[str, str]:
-    return {COMPILE_TAG: compile_key}
+def run_tags(compile_key: str, kind: str | None = None) -> dict[str, str]:
+    """The compile's tag on every run of it; the queue's lane on all but task rollouts (`kind` "rollouts")."""
+    return {COMPILE_TAG: compile_key} if kind == "rollouts" else {COMPILE_TAG: compile_key, QUEUE_TAG: compile_key}
 
 
 def job_origin(name: str):

@@ -4,7 +4,9 @@ One `@multi_asset` step, as `matrix_columns` is: one op runs the iteration's fiv
 steps in order under one step lock and one wrapper, and yields each asset the moment its
 step is done, so a crash repeats only what is not stored yet (the engine's records say
 which). All five materialize on every iteration, short-circuited ones included (their
-metadata says `skipped: ...`), so `decision` always exists. Dagster cannot map one dynamic
+metadata says `skipped: ...`), so `decision` always exists. A task set's iteration (SPEC §11)
+takes two runs: the first ends at `candidate_package`, each training task's rollouts run as
+`task_rollouts` runs of their own, and the second (resumed from the records) yields all five. Dagster cannot map one dynamic
 partition set onto another: `candidate_edit`'s edge from `level_matrix`
 (partitions.across_sets) draws the lineage and loads nothing, and which matrix an iteration
 selected from (recorded in edit.json), the incumbent's traces and the compile are metadata
@@ -34,7 +36,9 @@ ASSETS = [
 ASSET_NAMES = [name for name, _ in ASSETS]
 
 SPECS = [
-    dg.AssetSpec(name, group_name="iteration", kinds={"python"}, description=description,
+    # Skippable past the candidate: a task set's iteration ends its first run there and its task
+    # rollouts run as runs of their own (defs/assets/task_rollouts.py); a second run finishes it.
+    dg.AssetSpec(name, group_name="iteration", kinds={"python"}, description=description, skippable=i >= 2,
                  deps=[across_sets("level_matrix")] if i == 0 else [ASSETS[i - 1][0]])
     for i, (name, description) in enumerate(ASSETS)
 ]
@@ -54,6 +58,8 @@ def iteration(context: dg.AssetExecutionContext, store: CompileStoreResource):
         candidate = steps.candidate_step(it, edit)
         yield dg.MaterializeResult(asset_key="candidate_package", metadata=package_meta(it, candidate))
         rollouts = steps.rollouts_step(it, candidate)
+        if rollouts is None:  # a task set's: its task rollouts run next, then this step again
+            return
         meta = rollouts_meta(it, rollouts)
         if "skill_use_warning" in meta:  # in the run's log too, where people watching a run look
             context.log.warning(f"{it.key}: {meta['skill_use_warning'].value}")
