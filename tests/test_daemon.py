@@ -100,8 +100,8 @@ def test_the_daemon_carries_a_registered_compile_to_its_end(tmp_path, dagster_st
 @pytest.mark.slow
 def test_the_daemon_runs_a_task_set_s_rollouts_as_one_run_per_task_requested_together(tmp_path, dagster_storage):
     """A task set registered from the UI's `start_compile` (a task-set file): each training task's
-    candidate rollouts are a run of their own, both asked for at once and outside the compile's
-    run-queue lane, and the iteration finishes in a run after them (SPEC §11)."""
+    candidate rollouts and matrix columns are runs of their own, asked for at once and outside the
+    compile's run-queue lane, and the iteration finishes in a run after them (SPEC §11)."""
     home = dagster_storage.home(tmp_path / "home")
     key = compile_under_daemon(tmp_path, home, cli_env(home), task_set=True)
     report = json.loads((home / "compiles" / key / "report.json").read_text())
@@ -120,4 +120,8 @@ def test_the_daemon_runs_a_task_set_s_rollouts_as_one_run_per_task_requested_tog
     assert all(records[r.run_id].create_timestamp.timestamp() < first_end for r in tasks)
     assert sorted(r.tags.get("dagster/run_key") for r in runs if r.job_name == "run_iteration") == [
         f"iteration:{it}", f"iteration:{it}:after-rollouts"]
+    # The matrices' columns likewise: one run per training task before each matrix's own run.
+    columns = sorted(r.tags["dagster/partition"] for r in runs if r.job_name == "score_task_columns")
+    assert {f"{key}/section/m00/t0", f"{key}/section/m00/t1"} <= set(columns)
+    assert len(columns) == 2 * len([r for r in runs if r.job_name == "score_matrix"])
 

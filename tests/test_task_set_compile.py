@@ -177,6 +177,10 @@ def test_a_task_set_compiles_from_the_cli_and_a_rerun_resumes_it(tmp_path, scrip
     rolled = [r.asset_materialization.metadata for r in instance.fetch_materializations(
         dg.AssetKey("task_rollouts"), limit=10).records]
     assert sorted((m["task"].value, m["traces"].value) for m in rolled) == [("release-notes", 2), ("status-update", 2)]
+    column_runs = instance.get_runs(filters=dg.RunsFilter(job_name="score_task_columns"))
+    assert {f"{key}/section/m00/t0", f"{key}/section/m00/t1"} <= {r.tags["dagster/partition"] for r in column_runs}
+    assert {m.partition for m in (r.asset_materialization for r in instance.fetch_materializations(
+        dg.AssetKey("task_columns"), limit=20).records)} == {r.tags["dagster/partition"] for r in column_runs}
     iteration_runs = instance.get_runs(filters=dg.RunsFilter(job_name="run_iteration"))
     assert [r.tags["dagster/partition"] for r in iteration_runs] == [f"{key}/section/i00"] * 2
     assert re.search(r"section/i00: candidate made; its rollouts per task next", out), out
@@ -209,15 +213,15 @@ def test_status_names_the_splits_and_every_task_s_delta(tmp_path, scripted_llm):
     assert "per task: status-update +3, release-notes -1" in text
 
 
-def test_a_matrix_step_that_failed_on_one_task_s_call_resumes_without_repeating_a_call(tmp_path, scripted_llm):
-    from deep_pipeline.engine.steps import next_step
+def test_a_task_s_columns_that_failed_on_one_call_rerun_alone_without_repeating_a_call(tmp_path, scripted_llm):
+    from deep_pipeline.engine.steps import next_step, next_steps
     from deep_pipeline.errors import StepError
     from tests.scripted_llm import auth_error
 
     world = TaskWorld({"status-update": (2, 4), "release-notes": (2, 4)})
     failed = []
 
-    def judge(request):  # release-notes' clarity column is refused once: the step fails there
+    def judge(request):  # release-notes' clarity column is refused once: its task's step fails there
         if ("# Dimension to score: clarity" in request.text and PROMPTS["release-notes"] in request.text
                 and not failed):
             failed.append(request)
@@ -232,24 +236,32 @@ def test_a_matrix_step_that_failed_on_one_task_s_call_resumes_without_repeating_
                               task_set=loaded)
     ctx = CompileHandle.open(tmp_path / "store", record.key)
     run_step(ctx, next_step(ctx))  # the input traces
-    matrix = next_step(ctx)
+    matrix = f"{record.key}/section/m00"
+    first, second = next_steps(ctx)  # the matrix's columns, one step per training task
+    assert [(s.kind, s.partition_key) for s in (first, second)] == [("columns", f"{matrix}/t0"), ("columns", f"{matrix}/t1")]
+    run_step(ctx, first)
     try:
-        run_step(ctx, matrix)
+        run_step(ctx, second)
     except StepError:
         pass
     else:
-        raise AssertionError("the refused column should fail the matrix step")
+        raise AssertionError("the refused column should fail release-notes' step")
     assert failed and not (ctx.cdir.matrix_dir("section", 0) / "column-clarity.json").exists()
     folder = ctx.cdir.matrix_dir("section", 0)
     labels = {"status-update": "t0", "release-notes": "t1"}
     stored = {p.name for p in folder.glob("column-*.t?.json")}
-    assert stored  # parts answered before the refusal are kept
+    assert {f"column-{d}.t0.json" for d in ("clarity", "coverage")} <= stored  # t0's all in; t1's answered kept
+    assert [s.partition_key for s in next_steps(ctx)] == [f"{matrix}/t1"]  # only the failed task again
     sent = len(scripted_llm.requests_for("judge"))
-    run_step(CompileHandle.open(tmp_path / "store", record.key), matrix)  # the same step again
+    run_step(CompileHandle.open(tmp_path / "store", record.key), second)  # the same step again
     resent = [f"column-{DIM.search(r.text).group(1)}.{labels[world._task(r.text)]}.json"
               for r in scripted_llm.requests_for("judge")[sent:]]
     assert "column-clarity.t1.json" in resent and not set(resent) & stored  # no stored part is asked again
     assert len(resent) == 10 - len(stored)
+    (step,) = next_steps(ctx)
+    assert (step.kind, step.partition_key) == ("matrix", matrix)
+    run_step(ctx, step)  # the means of the stored parts: no judge call
+    assert len(scripted_llm.requests_for("judge")) == sent + len(resent)
     column = read_model(ctx.cdir.matrix_dir("section", 0) / "column-clarity.json", ColumnRecord)
     assert set(column.task_cells) == {"status-update", "release-notes"}
 

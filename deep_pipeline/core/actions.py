@@ -68,9 +68,11 @@ def action_label(action: Action) -> str:
     return "inputs" if isinstance(action, PrepareInputs) else "done"
 
 
-# "rollouts": one training task's rollouts of a task set's batch, a step of its own (SPEC §11),
-# asked for before the step that needs the batch (engine/steps.py next_steps); no action names it.
-StepKind = Literal["inputs", "matrix", "iteration", "finalize", "rollouts"]
+# A task set's steps of one training task (SPEC §11), asked for before the step that needs them
+# (engine/steps.py next_steps); no action names them: "rollouts", its rollouts of a batch, and
+# "columns", its part of a matrix's columns.
+StepKind = Literal["inputs", "matrix", "iteration", "finalize", "rollouts", "columns"]
+TASK_STEPS = ("rollouts", "columns")  # run side by side: the step lock shared, no run-queue lane
 
 
 def step_of(compile_key: str, action: Action) -> tuple[StepKind, str] | None:

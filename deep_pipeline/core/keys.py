@@ -4,8 +4,9 @@
 - matrix key: `<compile>/<level>/m<NN>` (the level's start is m00, refreshes follow);
 - iteration key: `<compile>/<level>/i<NN>` (NN = the iteration's 0-based index in the level);
 - trace batch of an iteration's candidate rollouts: `<level>-i<NN>`;
-- a task set's rollouts of one training task (SPEC §11): `<compile>/t<i>` for the input
-  batch, `<iteration>/t<i>` for an iteration's candidate (t<i>: the task's place in the set).
+- a task set's step of one training task (SPEC §11): `<compile>/t<i>` (its rollouts of the
+  input batch), `<matrix>/t<i>` (its columns), `<iteration>/t<i>` (its rollouts of the
+  candidate); t<i> is the task's place in the set.
 
 They double as Dagster dynamic partition keys, which must not contain "..." or control
 characters, so the skill name is reduced to a slug of `[a-z0-9-]`. NN has at least two
@@ -77,19 +78,19 @@ def parse_key(key: str) -> tuple[str, Level, KeyKind, int]:
     return match["compile"], match["level"], kind, int(match["index"])  # type: ignore[return-value]
 
 
-def task_rollouts_key(owner_key: str, label: str) -> str:
-    """The key of one training task's rollouts for the step `owner_key` (a compile: its input
-    batch; an iteration: its candidate's), `label` the task's `t<i>`."""
+def task_key(owner_key: str, label: str) -> str:
+    """The key of one training task's part of the step `owner_key` (a compile: its input batch's
+    rollouts; a matrix: its columns; an iteration: its candidate's rollouts), `label` its `t<i>`."""
     if not re.fullmatch(r"t\d+", label):
         raise ValueError(f"a task label is t<i>, got {label!r}")
     return f"{owner_key}/{label}"
 
 
-def parse_task_rollouts_key(key: str) -> tuple[str, str]:
-    """(owner key, task label) of a task rollouts key: the owner a compile or an iteration key."""
+def parse_task_key(key: str) -> tuple[str, str]:
+    """(owner key, task label) of a task key: the owner a compile, matrix or iteration key."""
     owner, _, label = key.rpartition("/")
     if not re.fullmatch(r"t\d+", label) or not owner or ("/" in owner and _KEY.fullmatch(owner) is None):
-        raise ValueError(f"not a task rollouts key (<compile or iteration>/t<i>): {key!r}")
+        raise ValueError(f"not a task key (<compile, matrix or iteration>/t<i>): {key!r}")
     return owner, label
 
 

@@ -20,7 +20,7 @@ from deep_pipeline.defs.assets.inputs import input_traces
 from deep_pipeline.defs.assets.iteration import iteration
 from deep_pipeline.defs.assets.matrix import build_matrix_assets
 from deep_pipeline.defs.assets.output import compile_report, final_skill
-from deep_pipeline.defs.assets.task_rollouts import task_rollouts
+from deep_pipeline.defs.assets.task_steps import task_columns, task_rollouts
 from deep_pipeline.defs.assets.timeline import compile_timeline
 from deep_pipeline.defs.checks import (
     candidate_keeps_structure,
@@ -45,6 +45,7 @@ STEP_JOBS = {  # StepKind -> the asset job that runs it
     "iteration": _step_job("iteration", [iteration], "One iteration: edit, candidate, rollouts, comparison, decision."),
     "finalize": _step_job("finalize", [final_skill, compile_report], "Write S_final and the report."),
     "rollouts": _step_job("rollouts", [task_rollouts], "One training task's rollouts of a task set's batch (SPEC §11)."),
+    "columns": _step_job("columns", [task_columns], "One training task's part of a task set's matrix columns (SPEC §11)."),
 }
 ASSET_JOBS = list(STEP_JOBS.values())
 
@@ -60,6 +61,7 @@ step_defs = dg.Definitions(
     assets=[
         input_traces,
         task_rollouts,
+        task_columns,
         *build_matrix_assets(load_deployment().dimensions),
         iteration,
         final_skill,

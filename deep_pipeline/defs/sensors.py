@@ -10,7 +10,7 @@ and asks nothing; it is the backstop after a crash, a restart or an error there.
 a compile is queued or running the sensor leaves the compile to it (runtime/run_history.py
 `run_in_flight`) and looks at it again every tick until none is: a tick reads a step's ending
 materialization late, when the next step's run may already be running, and must not ask for
-the step after that. A task set's task rollouts (SPEC §11) are asked for together, one request each. A step whose run failed outside its own work (a
+the step after that. A task set's task steps (SPEC §11) are asked for together, one request each. A step whose run failed outside its own work (a
 launch failure, a killed worker) is asked for again under `<run key>:<n>`, n its failed runs
 so far, up to `step_launch_attempts` runs with backoff (core/retry.py, runtime/run_history.py).
 """
@@ -37,7 +37,8 @@ from deep_pipeline.engine.status import failure_line
 from deep_pipeline.errors import InputError, StepError
 
 # The assets a step ends with; candidate_package ends a task set's iteration's first run (SPEC §11).
-WATCHED = ("input_traces", "task_rollouts", "level_matrix", "candidate_package", "decision", "compile_report")
+WATCHED = ("input_traces", "task_rollouts", "task_columns", "level_matrix", "candidate_package", "decision",
+           "compile_report")
 PAGE = 200
 
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from pydantic import BaseModel, model_serializer
 
-from deep_pipeline.core.keys import column_call_key, matrix_key
+from deep_pipeline.core.keys import column_call_key, matrix_key, parse_key, parse_task_key
 from deep_pipeline.core.matrix import mean_cells
 from deep_pipeline.core.models import SKILL_FILE, ScoreMatrix, Unit
 from deep_pipeline.core.pairs import omit_when_none
@@ -15,10 +15,12 @@ from deep_pipeline.core.actions import ScoreLevel
 from deep_pipeline.core.package import cut_package, package_sha256
 from deep_pipeline.core.skill_use import not_applicable_reason, unread_files
 from deep_pipeline.llm.accounting import usage_of_calls
-from deep_pipeline.engine.context import CompileHandle
+from deep_pipeline.engine.context import CompileHandle, TrainingTask
 from deep_pipeline.engine.live import LIVE, heartbeat, model_of
-from deep_pipeline.engine.records import ColumnRecord, MatrixRecord
+from deep_pipeline.engine.records import ColumnRecord, MatrixRecord, TaskColumnsRecord
+from deep_pipeline.engine.task_rollouts import budget_spent_first, task_of
 from deep_pipeline.llm.accounting import Usage
+from deep_pipeline.locks import file_lock
 from deep_pipeline.store import atomic_write_json, package_files, read_model
 
 
@@ -91,11 +93,12 @@ class MatrixStep:
         return [read_model(path, ColumnRecord) for path in paths if path.is_file()]
 
 
-def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
+def score_columns(step: MatrixStep, only: TrainingTask | None = None) -> Iterator[ColumnRecord]:
     """Yield every column as it is done (stored ones first); a budget stop ends the stream.
 
     A task set's column is one judge call per training task, each seeing that task's
     traces only, stored apart; the column (their mean cells) once every part is in (SPEC §11).
+    `only`: that task's parts alone (its task step, `task_columns_step`).
     """
     from deep_pipeline.llm.budget import BudgetExhausted
     from deep_pipeline.llm.client import StoppedByFailure
@@ -111,7 +114,7 @@ def score_columns(step: MatrixStep) -> Iterator[ColumnRecord]:
     per_task = ctx.task_traces(start.trace_batch)
     several = len(per_task) > 1
     parts = [(dim, task, traces) for dim in todo for task, traces in per_task
-             if not (several and step.column_path(dim.name, task).is_file())]
+             if not (several and step.column_path(dim.name, task).is_file()) and (only is None or task.label == only.label)]
     for dim in todo if several else ():  # every part stored before a crash: only the column is left
         if not any(part[0] is dim for part in parts) and (column := _column_if_complete(step, dim, per_task)):
             yield column
@@ -252,3 +255,40 @@ def run_matrix(ctx: CompileHandle, level: str, index: int) -> MatrixRecord:
     for _ in score_columns(step) if step.record is None else ():
         pass
     return assemble_matrix(step)
+
+
+def task_columns_left(ctx: CompileHandle, level: str, index: int) -> list[TrainingTask]:
+    """A task set's training tasks whose part of the matrix's columns is still a step of its own to
+    run (SPEC §11): none for a compile of one task, or once the matrix is recorded."""
+    tasks = ctx.training_tasks
+    folder = ctx.cdir.matrix_dir(level, index)
+    if len(tasks) == 1 or (folder / "matrix.json").is_file():
+        return []
+    return [task for task in tasks if not (folder / f"task-{task.label}.json").is_file()]
+
+
+def task_columns_step(ctx: CompileHandle, key: str) -> TaskColumnsRecord:
+    """One training task's part of every column of a task set's matrix, each stored as it is
+    scored; the runs of different tasks run side by side. Stored, its record is returned."""
+    owner, label = parse_task_key(key)
+    _, level, _, index = parse_key(owner)
+    step, task = MatrixStep(ctx, level, index), task_of(ctx, label)
+    path = step.folder / f"task-{label}.json"
+    with file_lock(step.folder / f".task-{label}.lock"):  # one run per task at a time; the second finds the record
+        if path.is_file():
+            return read_model(path, TaskColumnsRecord)
+        record = TaskColumnsRecord(task=task.name, label=label, matrix=owner)
+        if step.start is None and budget_spent_first(ctx, "matrix", owner):
+            record = record.model_copy(update={"skipped": "budget_exhausted",
+                                               "note": "the compile's budget ran out before this task's columns began"})
+        else:
+            for _ in score_columns(step, only=task):  # begin() writes plan.json, alike in every task's run
+                pass
+            missing = [d.name for d in ctx.config.dimensions
+                       if not step.column_path(d.name, task).is_file() and not step.column_path(d.name).is_file()]
+            if missing:  # a budget stop: those parts were never sent
+                record = record.model_copy(update={"skipped": "budget_exhausted",
+                                                   "note": f"the budget ran out before columns {', '.join(missing)}"})
+        ctx.cdir.require()
+        atomic_write_json(path, record)
+        return record

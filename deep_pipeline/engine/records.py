@@ -116,6 +116,17 @@ class TaskRolloutsRecord(EngineRecord):
     note: str = ""
 
 
+class TaskColumnsRecord(EngineRecord):
+    """matrices/<level>-mNN/task-<t<i>>.json: one training task's part of every column of a task
+    set's matrix, scored by a step of its own (SPEC §11); the matrix step then takes the means."""
+
+    task: str
+    label: str
+    matrix: str  # the matrix key
+    skipped: str | None = None  # "budget_exhausted": some of its parts were never scored
+    note: str = ""
+
+
 class ColumnRecord(EngineRecord):
     dimension: str
     cells: list[Cell]

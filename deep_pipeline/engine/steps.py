@@ -1,7 +1,7 @@
 """The step table and the one loop: which step comes next, how to run it, what to print.
 
 `next_steps` is the only place the policy's action becomes `Step`s: one, or a task set's task
-rollouts (SPEC §11), which may all run at once; `run_step` runs one in this process; `summary`
+steps (SPEC §11: each training task's rollouts or matrix columns), which may all run at once; `run_step` runs one in this process; `summary`
 is the one progress line; `run_steps` is the only loop (one step after another). The plain
 driver passes `run_step` to `run_steps`, the CLI and the `compile` job pass "start the job
 for this step" (runtime/driver.py), and the loop sensor turns `next_steps` into run requests.
@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from deep_pipeline.core.actions import Action, PrepareInputs, RunIteration, StepKind, step_of
-from deep_pipeline.core.keys import iteration_label, task_rollouts_key
+from deep_pipeline.core.actions import TASK_STEPS, Action, PrepareInputs, RunIteration, ScoreLevel, StepKind, step_of
+from deep_pipeline.core.keys import iteration_label, task_key
 from deep_pipeline.llm.accounting import cost_text, usage_of_calls
 from deep_pipeline.engine.context import CompileHandle, Outlook
 from deep_pipeline.engine.io_steps import INPUT_BATCH, finalize_step, input_step, usable_bundle_traces
 from deep_pipeline.engine.iteration_steps import Iteration, run_iteration
 from deep_pipeline.engine.task_rollouts import task_rollouts_step, tasks_left
-from deep_pipeline.engine.matrix_steps import run_matrix
+from deep_pipeline.engine.matrix_steps import run_matrix, task_columns_left, task_columns_step
 from deep_pipeline.engine.records import CandidateRecord, DecisionRecord, Report
 from deep_pipeline.errors import StepError
 from deep_pipeline.store import read_model
@@ -56,9 +56,10 @@ def next_steps(ctx: CompileHandle, outlook: Outlook | None = None) -> list[Step]
         return []
     kind, key = named
     action = outlook.action
-    left = _tasks_to_roll_out(ctx, action)
-    if left:
-        return [Step("rollouts", task_rollouts_key(key, task.label), action) for task in left]
+    if isinstance(action, ScoreLevel) and (left := task_columns_left(ctx, action.level, action.index)):
+        return [Step("columns", task_key(key, task.label), action) for task in left]
+    if left := _tasks_to_roll_out(ctx, action):
+        return [Step("rollouts", task_key(key, task.label), action) for task in left]
     return [Step(kind, key, action, resumed=_after_task_rollouts(ctx, action))]
 
 
@@ -97,9 +98,9 @@ def run_step(ctx: CompileHandle, step: Step) -> None:
     Each step checks on its own that it is the policy's next (CompileHandle.expect), and
     only when it has no stored record to resume from.
     """
-    if step.kind == "rollouts":  # beside the compile's other task rollouts, never beside its steps
+    if step.kind in TASK_STEPS:  # beside the compile's other task steps, never beside its steps
         with ctx.step_lock(shared=True):
-            task_rollouts_step(ctx, step.partition_key)
+            (task_rollouts_step if step.kind == "rollouts" else task_columns_step)(ctx, step.partition_key)
         return
     with ctx.step_lock():
         if step.kind == "inputs":
@@ -142,10 +143,11 @@ def summary(ctx: CompileHandle, step: Step, calls_before: int = 0) -> str:
         d = record.decision
         verdict = "accepted" if d.accepted else "rejected"
         return f"{iteration_label(level, index)}: {d.coordinate} {verdict} ({d.reason}) {tail}"
-    if step.kind == "rollouts":
-        made = task_rollouts_step(ctx, step.partition_key)  # stored: read back
-        what = f"{len(made.trace_ids)} rollouts" if not made.skipped else f"stopped ({made.skipped})"
-        return f"rollouts {step.partition_key} ({made.task}): {what} {tail}"
+    if step.kind in TASK_STEPS:
+        made = (task_rollouts_step if step.kind == "rollouts" else task_columns_step)(ctx, step.partition_key)  # stored
+        what = (f"stopped ({made.skipped})" if made.skipped else
+                f"{len(made.trace_ids)} rollouts" if step.kind == "rollouts" else "scored")
+        return f"{step.kind} {step.partition_key} ({made.task}): {what} {tail}"
     if step.kind == "inputs" and ctx.cdir.has_batch(INPUT_BATCH):
         traces = ctx.cdir.traces(INPUT_BATCH)
         failed = [t.error_category for t in traces if t.error_category]

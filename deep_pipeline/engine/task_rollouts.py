@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from deep_pipeline.core.actions import Finalize
-from deep_pipeline.core.keys import INPUT_BATCH, batch_name, parse_key, parse_task_rollouts_key
+from deep_pipeline.core.keys import INPUT_BATCH, batch_name, parse_key, parse_task_key
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace
 from deep_pipeline.engine.context import CompileHandle, TrainingTask
 from deep_pipeline.engine.live import LIVE, heartbeat
@@ -59,7 +59,7 @@ def batch_of(ctx: CompileHandle, owner_key: str) -> tuple[str, str, Path, str]:
 
 def task_rollouts_step(ctx: CompileHandle, key: str) -> TaskRolloutsRecord:
     """One training task's `rollouts` runs of the batch its owner step needs; stored, it is returned."""
-    owner, label = parse_task_rollouts_key(key)
+    owner, label = parse_task_key(key)
     task = task_of(ctx, label)
     kind, batch, package, sha = batch_of(ctx, owner)
     path = task_record_path(ctx, batch, task)
@@ -67,7 +67,7 @@ def task_rollouts_step(ctx: CompileHandle, key: str) -> TaskRolloutsRecord:
     with file_lock(path.with_name(f".task-{label}.lock")):
         if path.is_file():
             return read_model(path, TaskRolloutsRecord)
-        if _budget_spent_first(ctx, kind, owner):  # by the other tasks' runs beside this one
+        if budget_spent_first(ctx, kind, owner):  # by the other tasks' runs beside this one
             record = TaskRolloutsRecord(task=task.name, label=task.label, batch=batch, skipped="budget_exhausted",
                                         note="the compile's budget ran out before this task's rollouts began")
             atomic_write_json(path, record)
@@ -75,8 +75,9 @@ def task_rollouts_step(ctx: CompileHandle, key: str) -> TaskRolloutsRecord:
         return _roll_out_and_record(ctx, task, package, sha, batch, path)
 
 
-def _budget_spent_first(ctx: CompileHandle, kind: str, owner: str) -> bool:
-    """Whether the policy stopped on the budget instead of the owner step (checked to be its next)."""
+def budget_spent_first(ctx: CompileHandle, kind: str, owner: str) -> bool:
+    """Whether the policy stopped on the budget instead of the owner step (checked to be its next):
+    a task step of a set then records itself stopped, as one that met the budget itself does."""
     try:
         ctx.expect(kind, owner)  # the owner step is the policy's next: its rollouts are asked for
         return False

@@ -11,11 +11,12 @@ import os
 import socket
 from collections.abc import Mapping
 
+from deep_pipeline.core.actions import TASK_STEPS
 from deep_pipeline.runtime import dagster_private
 
 COMPILE_TAG = "deep/compile"
 # The run queue's lane: one run at a time per value (deep_pipeline/instance/dagster.yaml). A step
-# run's is its compile's key; a task set's task rollouts have none, so they run side by side.
+# run's is its compile's key; a task set's task steps have none, so they run side by side.
 QUEUE_TAG = "deep/queue"
 STEP_TAG = "deep/step"
 # Who started a step's run when no sensor did: `cli:<user>@<host>:<pid>` or `run:<compile run id>`;
@@ -35,8 +36,8 @@ LOCATION_NAME, REPOSITORY_NAME = "deep_pipeline.definitions", "__repository__"
 
 
 def run_tags(compile_key: str, kind: str | None = None) -> dict[str, str]:
-    """The compile's tag on every run of it; the queue's lane on all but task rollouts (`kind` "rollouts")."""
-    return {COMPILE_TAG: compile_key} if kind == "rollouts" else {COMPILE_TAG: compile_key, QUEUE_TAG: compile_key}
+    """The compile's tag on every run of it; the queue's lane on all but a task set's task steps."""
+    return {COMPILE_TAG: compile_key} if kind in TASK_STEPS else {COMPILE_TAG: compile_key, QUEUE_TAG: compile_key}
 
 
 def job_origin(name: str):

@@ -25,7 +25,7 @@ TIMELINE_ASSET = "compile_timeline"
 # The asset that ends each kind of step: the timeline is logged once per step, after it
 # (the matrix step's columns are one multi_asset before level_matrix: no row of their own).
 STEP_ENDS = {"inputs": "input_traces", "matrix": "level_matrix", "iteration": "decision", "finalize": "compile_report",
-             "rollouts": "task_rollouts"}
+             "rollouts": "task_rollouts", "columns": "task_columns"}
 
 HEADER = ["| # | step | level | coordinate | outcome | incumbent → candidate | delta | reason | ended (UTC) | calls | cost |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -37,7 +37,7 @@ ASSET_NAMES = [name for name, _ in ASSETS]
 
 SPECS = [
     # Skippable past the candidate: a task set's iteration ends its first run there and its task
-    # rollouts run as runs of their own (defs/assets/task_rollouts.py); a second run finishes it.
+    # rollouts run as runs of their own (defs/assets/task_steps.py); a second run finishes it.
     dg.AssetSpec(name, group_name="iteration", kinds={"python"}, description=description, skippable=i >= 2,
                  deps=[across_sets("level_matrix")] if i == 0 else [ASSETS[i - 1][0]])
     for i, (name, description) in enumerate(ASSETS)

@@ -39,7 +39,7 @@ def build_matrix_assets(dimensions: Sequence[Dimension]) -> list[dg.AssetsDefini
             kinds={"python"},
             description=f"Matrix column `{dim.name}`: {dim.description} One judge call scores every unit.",
             skippable=True,  # a budget stop leaves later columns unscored
-            deps=[across_sets("input_traces")],
+            deps=[across_sets("input_traces"), across_sets("task_columns")],
         )
         for dim in dimensions
     ]
