@@ -140,6 +140,6 @@ def test_a_prompt_over_the_context_window_stops_the_batch_naming_the_files_by_si
         run(tmp_path, package, client(tmp_path), n=1)
     line = str(raised.value)
     assert "references/meter.md 9,600 chars, SKILL.md" in line  # the largest file first
-    assert "longer than scripted/agent's context window" in line and "mini-swe-agent" in line
+    assert "longer than the context window of scripted/agent" in line and "mini-swe-agent" in line
     assert len(scripted_llm.requests_for("agent")) == 1  # never resent: the same prompt is as long again
     assert raised.value.__cause__ is None  # the CLI prints the innermost cause: this line, not the model's

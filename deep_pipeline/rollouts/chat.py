@@ -168,7 +168,7 @@ def too_long_line(package_dir: Path, messages: list[dict], model: str | None, er
     sizes = sorted(((len((package_dir / path).read_text(encoding="utf-8")), path) for path in shown), reverse=True)
     files = ", ".join(f"{path} {chars:,} chars" for chars, path in sizes[:4]) + (", …" if len(sizes) > 4 else "")
     total = sum(len(m["content"]) for m in messages)
-    return (f"the chat runner's prompt ({total:,} chars: {files}) is longer than {model}'s context window; "
+    return (f"the chat runner's prompt ({total:,} chars: {files}) is longer than the context window of {model}; "
             f"it holds SKILL.md and every reference file in full: shorten the largest, or use a runner that "
             f"opens files (mini-swe-agent, command) or a model with a longer context ({error})")
 
