@@ -42,6 +42,11 @@ def compile_key(skill_name: str, identity_hash: str) -> str:
     return f"{skill_slug(skill_name)}-{prefix}"
 
 
+def compile_of(key: str) -> str:
+    """The compile key that every step's key starts with (a compile, matrix, iteration or task key)."""
+    return key.split("/", 1)[0]
+
+
 def _check(level: str, index: int) -> None:
     if level not in _LEVELS:
         raise ValueError(f"level must be 'section' or 'paragraph', got {level!r}")

@@ -22,6 +22,7 @@ import time
 import dagster as dg
 
 from deep_pipeline.defs.jobs import ASSET_JOBS
+from deep_pipeline.core.keys import compile_of
 from deep_pipeline.core.retry import RetryPlan, gave_up_line, waiting_line
 from deep_pipeline.runtime.run_history import compiles_failed_since, plan_step, run_in_flight
 from deep_pipeline.runtime.driver_lock import driven_elsewhere
@@ -40,10 +41,6 @@ from deep_pipeline.errors import InputError, StepError
 WATCHED = ("input_traces", "task_rollouts", "task_columns", "level_matrix", "candidate_package", "decision",
            "compile_report")
 PAGE = 200
-
-
-def _compile_of(partition_key: str) -> str:
-    return partition_key.split("/", 1)[0]  # every key starts with its compile's (core/keys.py)
 
 
 def read_cursor(raw: str | None) -> dict:
@@ -66,7 +63,7 @@ def touched_compiles(instance: dg.DagsterInstance, cursor: dict) -> set[str]:
                 after = record.storage_id
                 partition = record.asset_materialization.partition if record.asset_materialization else None
                 if partition:
-                    touched.add(_compile_of(partition))
+                    touched.add(compile_of(partition))
             if not result.has_more:
                 break
         if after is not None:

@@ -10,7 +10,7 @@ from deep_pipeline.core.keys import INPUT_BATCH
 from deep_pipeline.core.growth import skill_size
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Decision, Trace
 from deep_pipeline.core.skill_use import IterationSkillUse, opened_counts, share
-from deep_pipeline.engine.context import CompileHandle
+from deep_pipeline.engine.context import CompileHandle, TrainingTask
 from deep_pipeline.engine.live import LIVE, heartbeat
 from deep_pipeline.engine.task_rollouts import traces_of_task
 from deep_pipeline.engine.records import CompileRecord, Report, RolloutsRecord, TraceBatchRecord
@@ -57,6 +57,13 @@ def usable_bundle_traces(record: CompileRecord, traces: list[Trace]) -> bool:
     return True
 
 
+def task_bundle_usable(record: CompileRecord, task: TrainingTask) -> bool:
+    """Whether a training task's bundle traces are the incumbent's, as made by the bundle's own agent and model."""
+    bundle = task.bundle
+    as_recorded = record.model_copy(update={"bundle_agent": bundle.agent, "bundle_agent_model": bundle.agent_model})
+    return usable_bundle_traces(as_recorded, bundle.traces)
+
+
 def input_step(ctx: CompileHandle) -> TraceBatchRecord | None:
     """The incumbent's traces; None when the budget ran out first (the compile then finalizes).
 
@@ -73,8 +80,7 @@ def input_step(ctx: CompileHandle) -> TraceBatchRecord | None:
     traces, by_task, sources, notes = [], {}, set(), []
     for task in tasks:
         bundle = task.bundle
-        as_recorded = record.model_copy(update={"bundle_agent": bundle.agent, "bundle_agent_model": bundle.agent_model})
-        if usable_bundle_traces(as_recorded, bundle.traces):
+        if task_bundle_usable(record, task):
             made = [t.model_copy(update={"batch": INPUT_BATCH} if task.label is None else
                                  {"batch": INPUT_BATCH, "trace_id": f"{task.trace_label(INPUT_BATCH)}-b{n}"})
                     for n, t in enumerate(bundle.traces)]

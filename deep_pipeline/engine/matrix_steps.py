@@ -15,10 +15,10 @@ from deep_pipeline.core.actions import ScoreLevel
 from deep_pipeline.core.package import cut_package, package_sha256
 from deep_pipeline.core.skill_use import not_applicable_reason, unread_files
 from deep_pipeline.llm.accounting import usage_of_calls
-from deep_pipeline.engine.context import CompileHandle, TrainingTask
+from deep_pipeline.engine.context import CompileHandle, Outlook, TrainingTask
 from deep_pipeline.engine.live import LIVE, heartbeat, model_of
 from deep_pipeline.engine.records import ColumnRecord, MatrixRecord, TaskColumnsRecord
-from deep_pipeline.engine.task_rollouts import budget_spent_first, task_of
+from deep_pipeline.engine.task_rollouts import owner_outlook, task_of
 from deep_pipeline.llm.accounting import Usage
 from deep_pipeline.locks import file_lock
 from deep_pipeline.store import atomic_write_json, package_files, read_model
@@ -58,10 +58,13 @@ class MatrixStep:
         start_path = self.folder / "plan.json"
         self.start: MatrixStart | None = read_model(start_path, MatrixStart) if start_path.is_file() else None
 
-    def begin(self) -> MatrixStart:
-        """The stored start, else the units cut now on the current traces, written before any column."""
+    def begin(self, outlook: Outlook | None = None) -> MatrixStart:
+        """The stored start, else the units cut now on the current traces, written before any column.
+
+        `outlook`: the policy's, already checked to name this matrix next (else it is checked here).
+        """
         if self.start is None:
-            outlook = self.ctx.expect("matrix", self.key)
+            outlook = outlook or self.ctx.expect("matrix", self.key)
             history, state, action = outlook.history, outlook.state, outlook.action
             units = cut_package(state.current_files, action.level, action.section_id)
             others = {path: text for path, text in state.current_files.items() if path != SKILL_FILE}
@@ -278,10 +281,12 @@ def task_columns_step(ctx: CompileHandle, key: str) -> TaskColumnsRecord:
         if path.is_file():
             return read_model(path, TaskColumnsRecord)
         record = TaskColumnsRecord(task=task.name, label=label, matrix=owner)
-        if step.start is None and budget_spent_first(ctx, "matrix", owner):
+        outlook = None if step.start is not None else owner_outlook(ctx, "matrix", owner)
+        if step.start is None and outlook is None:
             record = record.model_copy(update={"skipped": "budget_exhausted",
                                                "note": "the compile's budget ran out before this task's columns began"})
         else:
+            step.begin(outlook)  # the matrix's start, on the outlook checked just now
             for _ in score_columns(step, only=task):  # begin() writes plan.json, alike in every task's run
                 pass
             missing = [d.name for d in ctx.config.dimensions

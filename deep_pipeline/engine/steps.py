@@ -16,7 +16,7 @@ from deep_pipeline.core.actions import TASK_STEPS, Action, PrepareInputs, RunIte
 from deep_pipeline.core.keys import iteration_label, task_key
 from deep_pipeline.llm.accounting import cost_text, usage_of_calls
 from deep_pipeline.engine.context import CompileHandle, Outlook
-from deep_pipeline.engine.io_steps import INPUT_BATCH, finalize_step, input_step, usable_bundle_traces
+from deep_pipeline.engine.io_steps import INPUT_BATCH, finalize_step, input_step, task_bundle_usable
 from deep_pipeline.engine.iteration_steps import Iteration, run_iteration
 from deep_pipeline.engine.task_rollouts import task_rollouts_step, tasks_left
 from deep_pipeline.engine.matrix_steps import run_matrix, task_columns_left, task_columns_step
@@ -25,6 +25,8 @@ from deep_pipeline.errors import StepError
 from deep_pipeline.store import read_model
 
 Progress = Callable[[str], None]
+# A task step's work, which returns its stored record when it is done.
+TASK_STEP = {"rollouts": task_rollouts_step, "columns": task_columns_step}
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,11 @@ def next_steps(ctx: CompileHandle, outlook: Outlook | None = None) -> list[Step]
     action = outlook.action
     if isinstance(action, ScoreLevel) and (left := task_columns_left(ctx, action.level, action.index)):
         return [Step("columns", task_key(key, task.label), action) for task in left]
-    if left := _tasks_to_roll_out(ctx, action):
+    candidate_made = isinstance(action, RunIteration) and _candidate_made(ctx, action)
+    if left := _tasks_to_roll_out(ctx, action, candidate_made):
         return [Step("rollouts", task_key(key, task.label), action) for task in left]
-    return [Step(kind, key, action, resumed=_after_task_rollouts(ctx, action))]
+    # A task set's iteration past its candidate: its first run made it and ended.
+    return [Step(kind, key, action, resumed=candidate_made and len(ctx.training_tasks) > 1)]
 
 
 def next_step(ctx: CompileHandle, outlook: Outlook | None = None) -> Step | None:
@@ -69,14 +73,12 @@ def next_step(ctx: CompileHandle, outlook: Outlook | None = None) -> Step | None
     return steps[0] if steps else None
 
 
-def _tasks_to_roll_out(ctx: CompileHandle, action: Action) -> list:
-    """A task set's training tasks whose rollouts the action's step needs and still lacks."""
+def _tasks_to_roll_out(ctx: CompileHandle, action: Action, candidate_made: bool) -> list:
+    """A task set's training tasks whose rollouts the action's step still lacks: the input batch's, or
+    (once the iteration's candidate is made) the candidate's."""
     if isinstance(action, PrepareInputs):
-        record = ctx.record
-        return [task for task in tasks_left(ctx, INPUT_BATCH) if not usable_bundle_traces(
-            record.model_copy(update={"bundle_agent": task.bundle.agent, "bundle_agent_model": task.bundle.agent_model}),
-            task.bundle.traces)]
-    if isinstance(action, RunIteration) and _candidate_made(ctx, action):
+        return [task for task in tasks_left(ctx, INPUT_BATCH) if not task_bundle_usable(ctx.record, task)]
+    if candidate_made:
         it = Iteration(ctx, action.level, action.index)
         return [] if it.path("rollouts.json").is_file() else tasks_left(ctx, it.batch)
     return []
@@ -87,11 +89,6 @@ def _candidate_made(ctx: CompileHandle, action: RunIteration) -> bool:
     return candidate is not None and not candidate.skipped
 
 
-def _after_task_rollouts(ctx: CompileHandle, action: Action) -> bool:
-    """Whether the action is a task set's iteration past its candidate: its first run made it and ended."""
-    return isinstance(action, RunIteration) and len(ctx.training_tasks) > 1 and _candidate_made(ctx, action)
-
-
 def run_step(ctx: CompileHandle, step: Step) -> None:
     """Run one step in this process, alone among the compile's steps (as each Dagster step is).
 
@@ -100,7 +97,7 @@ def run_step(ctx: CompileHandle, step: Step) -> None:
     """
     if step.kind in TASK_STEPS:  # beside the compile's other task steps, never beside its steps
         with ctx.step_lock(shared=True):
-            (task_rollouts_step if step.kind == "rollouts" else task_columns_step)(ctx, step.partition_key)
+            TASK_STEP[step.kind](ctx, step.partition_key)
         return
     with ctx.step_lock():
         if step.kind == "inputs":
@@ -144,7 +141,7 @@ def summary(ctx: CompileHandle, step: Step, calls_before: int = 0) -> str:
         verdict = "accepted" if d.accepted else "rejected"
         return f"{iteration_label(level, index)}: {d.coordinate} {verdict} ({d.reason}) {tail}"
     if step.kind in TASK_STEPS:
-        made = (task_rollouts_step if step.kind == "rollouts" else task_columns_step)(ctx, step.partition_key)  # stored
+        made = TASK_STEP[step.kind](ctx, step.partition_key)  # done: the stored record, no new work
         what = (f"stopped ({made.skipped})" if made.skipped else
                 f"{len(made.trace_ids)} rollouts" if step.kind == "rollouts" else "scored")
         return f"{step.kind} {step.partition_key} ({made.task}): {what} {tail}"

@@ -16,7 +16,7 @@ from pathlib import Path
 from deep_pipeline.core.actions import Finalize
 from deep_pipeline.core.keys import INPUT_BATCH, batch_name, parse_key, parse_task_key
 from deep_pipeline.core.models import MACHINE_FAULT_CATEGORIES, Trace
-from deep_pipeline.engine.context import CompileHandle, TrainingTask
+from deep_pipeline.engine.context import CompileHandle, Outlook, TrainingTask
 from deep_pipeline.engine.live import LIVE, heartbeat
 from deep_pipeline.engine.records import CandidateRecord, TaskRolloutsRecord
 from deep_pipeline.errors import StepError, one_line
@@ -67,7 +67,7 @@ def task_rollouts_step(ctx: CompileHandle, key: str) -> TaskRolloutsRecord:
     with file_lock(path.with_name(f".task-{label}.lock")):
         if path.is_file():
             return read_model(path, TaskRolloutsRecord)
-        if budget_spent_first(ctx, kind, owner):  # by the other tasks' runs beside this one
+        if owner_outlook(ctx, kind, owner) is None:  # its budget spent by the other tasks' runs beside this one
             record = TaskRolloutsRecord(task=task.name, label=task.label, batch=batch, skipped="budget_exhausted",
                                         note="the compile's budget ran out before this task's rollouts began")
             atomic_write_json(path, record)
@@ -75,16 +75,16 @@ def task_rollouts_step(ctx: CompileHandle, key: str) -> TaskRolloutsRecord:
         return _roll_out_and_record(ctx, task, package, sha, batch, path)
 
 
-def budget_spent_first(ctx: CompileHandle, kind: str, owner: str) -> bool:
-    """Whether the policy stopped on the budget instead of the owner step (checked to be its next):
-    a task step of a set then records itself stopped, as one that met the budget itself does."""
+def owner_outlook(ctx: CompileHandle, kind: str, owner: str) -> Outlook | None:
+    """The outlook when the owner step is the policy's next (its task steps are asked for); None when
+    the policy stopped on the budget instead: a task step of a set then records itself stopped, as
+    one that met the budget itself does. Anything else is "not the compile's next step"."""
     try:
-        ctx.expect(kind, owner)  # the owner step is the policy's next: its rollouts are asked for
-        return False
+        return ctx.expect(kind, owner)
     except StepError:
         action = ctx.look().action
         if isinstance(action, Finalize) and action.status == "budget_exhausted":
-            return True
+            return None
         raise
 
 

@@ -11,12 +11,11 @@ edges (partitions.across_sets) draw the pipeline; which step each served is on i
 
 import dagster as dg
 
-from deep_pipeline.core.keys import parse_task_key
+from deep_pipeline.core.keys import compile_of, parse_key, parse_task_key
 from deep_pipeline.defs.metadata import file_ref
 from deep_pipeline.defs.partitions import across_sets, task_columns_partitions, task_rollouts_partitions
 from deep_pipeline.defs.resources import CompileStoreResource
 from deep_pipeline.core.models import Trace
-from deep_pipeline.core.keys import parse_key
 from deep_pipeline.engine.matrix_steps import MatrixStep, task_columns_step
 from deep_pipeline.engine.task_rollouts import task_of, task_record_path, task_rollouts_step
 from deep_pipeline.store import read_model
@@ -39,7 +38,7 @@ def _common(ctx, made, owner: str) -> dict:
             "(the input batch or an iteration's candidate), run beside the other tasks' (SPEC §11).")
 def task_rollouts(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
     owner, _ = parse_task_key(context.partition_key)
-    ctx = store.context(owner.split("/", 1)[0])
+    ctx = store.context(compile_of(owner))
     with asset_step(context, ctx, shared=True):
         made = task_rollouts_step(ctx, context.partition_key)
     traces = [read_model(ctx.cdir.batch_dir(made.batch) / f"{tid}.json", Trace) for tid in made.trace_ids]
@@ -58,7 +57,7 @@ def task_rollouts(context: dg.AssetExecutionContext, store: CompileStoreResource
 def task_columns(context: dg.AssetExecutionContext, store: CompileStoreResource) -> dg.MaterializeResult:
     owner, label = parse_task_key(context.partition_key)
     _, level, _, index = parse_key(owner)
-    ctx = store.context(owner.split("/", 1)[0])
+    ctx = store.context(compile_of(owner))
     with asset_step(context, ctx, shared=True):
         made = task_columns_step(ctx, context.partition_key)
     step, task = MatrixStep(ctx, level, index), task_of(ctx, label)
