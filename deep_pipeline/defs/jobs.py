@@ -5,7 +5,7 @@
 step look a step's job up). The asset jobs
 (partitioned as their assets are) use the in-process executor: the multiprocess executor costs
 ~3 s per op here (DESIGN "Facts measured here"); the iteration and the matrix columns are one op
-each anyway. `start_compile`, `compile` and `start_batch` are op jobs (ops.py).
+each anyway. `start_compile`, `compile` and `start_batch` are op jobs (ops.py), in-process too.
 
 definitions.py merges `step_defs` with the op jobs, the sensor and the schedule; the drivers
 (runtime/driver.py) execute step jobs from `step_defs`, so the `compile` op never imports the

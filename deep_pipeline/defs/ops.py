@@ -73,16 +73,21 @@ def start_batch_op(context: dg.OpExecutionContext, config: BatchRequest, store: 
     return [key for key, new in started if new]
 
 
-@dg.job(description="Register a compile (skill + task bundle or task set + overrides) for the loop sensor to carry on.")
+# The op jobs run their one op in the run's own process (in_process_executor): the default
+# multiprocess executor spawns a second process per run, whose imports cost ~3 CPU-s (DESIGN).
+@dg.job(description="Register a compile (skill + task bundle or task set + overrides) for the loop sensor to carry on.",
+        executor_def=dg.in_process_executor)
 def start_compile():
     start_compile_op()
 
 
-@dg.job(name="compile", description="Register a compile and carry it to its end in this run (no daemon needed).")
+@dg.job(name="compile", description="Register a compile and carry it to its end in this run (no daemon needed).",
+        executor_def=dg.in_process_executor)
 def compile_job():
     compile_op()
 
 
-@dg.job(description="Start a compile for each entry of a batch manifest that has none yet.")
+@dg.job(description="Start a compile for each entry of a batch manifest that has none yet.",
+        executor_def=dg.in_process_executor)
 def start_batch():
     start_batch_op()
