@@ -141,7 +141,10 @@ def open_world(root: Path, answer=None) -> tuple[CrashWorld, ScriptedOpenAIServe
     server = ScriptedOpenAIServer([tagged(answer or answer_with(crash_world()))] * 50)
     (root / "tmp").mkdir()
     env = {**cli_env(root / "home"), "TMPDIR": str(root / "tmp")}
+    # The agent calls no model: its model is a served one (never asked), not `local`, whose
+    # embedded server every CLI process would start and load for nothing (2 CPU-s a process).
     config = {**served_overrides(server), "runner": "command", "agent_output_format": "text", "rollouts": 2,
+              "agent_model": "openai/agent", "agent_api_base": server.api_base,
               "agent_command": f"{sys.executable} {AGENT} {root / 'agent.log'} {{skill_dir}}"}
     (root / "compile.yaml").write_text(yaml.safe_dump(config))
     args = ["compile", str(skill), "--task", str(bundle), "--config", str(root / "compile.yaml")]
