@@ -94,3 +94,12 @@ def dagster_storage(tmp_path, monkeypatch):
     storages = Storages(tmp_path, monkeypatch)
     yield storages
     storages.close()
+
+
+@pytest.fixture(scope="session")
+def crash_reference(tmp_path_factory):
+    """The crash world's uninterrupted compile (13 model answers, 2 input and 2 candidate
+    rollouts), made once for the session's crash files (tests/crash_harness.session_reference)."""
+    from tests.crash_harness import session_reference
+
+    return session_reference(tmp_path_factory)

@@ -1,4 +1,5 @@
-"""Crash injection for whole compiles (tests/test_crash_suite.py, SPEC §9).
+"""Crash injection for whole compiles (SPEC §9): tests/test_crash_suite.py, tests/test_crash_suite_iteration.py
+and tests/test_crash_daemon.py; the CLI's kill points are in tests/crash_points.py.
 
 A compile runs in its own process group against a scripted OpenAI-compatible server
 (tests/scripted_openai_server.py logs a hash of every request and when it was answered)
@@ -20,12 +21,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import dagster as dg
 import yaml
 
+from deep_pipeline.locks import file_lock
 from tests.compile_world import World, make_inputs
 from tests.scripted_openai_server import ScriptedOpenAIServer
 from tests.served_world import CLI, answer_with, cli_env, served_overrides
@@ -245,6 +247,25 @@ def outcome(world: CrashWorld) -> Outcome:
     return Outcome(decisions, hashlib.sha256((final / "SKILL.md").read_bytes()).hexdigest(), tree_sha256(final),
                    sum(1 for e in world.server.log if e.answered), sum(1 for kind, _ in world.rollouts() if kind == "start"),
                    {e.sha256 for e in world.server.log})
+
+
+def session_reference(tmp_path_factory) -> Outcome:
+    """The crash world's uninterrupted compile, made once per test session and shared by every
+    crash file, whichever pytest-xdist worker runs it: a file under the session's base folder,
+    written by the first to ask while the others wait on its lock (each file made its own before)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # a worker's base is the session's/popen-gwN
+    path = shared / "crash-reference.json"
+    with file_lock(shared / "crash-reference.lock"):
+        if not path.is_file():
+            world, server = open_world(tmp_path_factory.mktemp("reference"))
+            with server:
+                done, _ = run_cli(world, world.args)
+                assert done.returncode == 0, done.stderr[-3000:]
+                made = outcome(world)
+            path.write_text(json.dumps({**asdict(made), "requests": sorted(made.requests)}))
+        data = json.loads(path.read_text())
+    return Outcome(**{**data, "decisions": [tuple(d) for d in data["decisions"]], "requests": set(data["requests"])})
 
 
 def tree_sha256(folder: Path) -> str:

@@ -35,7 +35,6 @@ from tests.crash_harness import (
     open_world,
     outcome,
     repeated_calls,
-    run_cli,
     snapshot,
 )
 from tests.instances import on_postgres
@@ -43,15 +42,6 @@ from tests.served_world import OpenAIRequest, answer_with
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    world, server = open_world(tmp_path_factory.mktemp("reference"))
-    with server:
-        done, _ = run_cli(world, world.args)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return outcome(world)
 
 
 def worker_of(instance: dg.DagsterInstance, job: str) -> int | None:
@@ -148,7 +138,7 @@ def stop_model_workers(home: Path) -> None:
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninterrupted(tmp_path, reference, point,
+def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninterrupted(tmp_path, crash_reference, point,
                                                                                         dagster_storage):
     if on_postgres() and point not in POSTGRES_POINTS:
         pytest.skip(f"{point}: run on SQLite storage; on Postgres only {sorted(POSTGRES_POINTS)}")
@@ -189,11 +179,11 @@ def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninte
             stop_model_workers(world.home)
         ended = outcome(world)
     log = (tmp_path / "daemon.log").read_text()
-    assert ended.decisions == reference.decisions, log[-3000:]
-    assert (ended.skill_sha256, ended.folder_sha256) == (reference.skill_sha256, reference.folder_sha256)
-    assert ended.requests == reference.requests
+    assert ended.decisions == crash_reference.decisions, log[-3000:]
+    assert (ended.skill_sha256, ended.folder_sha256) == (crash_reference.skill_sha256, crash_reference.folder_sha256)
+    assert ended.requests == crash_reference.requests
     assert repeated_calls(world, killer.at, before) == []
-    check_rollouts(world, before, reference)
+    check_rollouts(world, before, crash_reference)
     check_instance(world.home)
     check_no_temp_files(world)
     with dg.DagsterInstance.from_config(str(world.home)) as instance:
