@@ -34,9 +34,10 @@ demo: setup
 		$(BIN)/deep-pipeline evaluate --quiet --rollouts 3 "$$key"
 
 # Test files run in parallel (pytest-xdist), each file whole on one worker so its module-scoped
-# set-ups are made once; most of the suite waits on subprocesses, so 2 workers fit 2 cores.
+# set-ups are made once. Most of the suite waits on subprocesses (daemons, run workers, agents),
+# so 3 workers keep 2 cores busy where 2 left them idle a fifth of the time (docs/testing.md).
 # PYTEST_WORKERS=0 runs everything in one process, one test after the other.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 # The slowest tests are listed at the end of every run: where the suite's time goes.
 PYTEST_DURATIONS := --durations=25
