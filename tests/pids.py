@@ -3,6 +3,12 @@
 A rollout may run in a PID namespace of its own (SPEC §9): an agent's os.getpid()
 is then the namespace's number, so test agents write `pid... pid:[inode]` and tests map
 each pid to the host's through /proc/<pid>/ns/pid and the NSpid line of /proc/<pid>/status.
+
+A namespace's inode names it only while it lives: Linux hands a freed number to the next
+namespace made (another test's rollout, on another worker), whose pid 3 may well be alive.
+So a test that asks after a death writes each pid as `pid@start`, with its start time
+(field 22 of /proc/<pid>/stat, clock ticks since boot, the same inside the namespace and out),
+which tells the process apart from a newcomer in a namespace with a recycled number.
 """
 
 from __future__ import annotations
@@ -11,14 +17,15 @@ import os
 from pathlib import Path
 
 
-def read_pids(path: Path) -> tuple[list[int], str]:
-    """The pids in a file an agent wrote, and the PID namespace they are numbered in."""
+def read_pids(path: Path) -> tuple[list[str], str]:
+    """The pids (`pid` or `pid@start`) in a file an agent wrote, and the PID namespace they are numbered in."""
     *pids, namespace = path.read_text().split()
-    return [int(p) for p in pids], namespace
+    return pids, namespace
 
 
-def host_pid(pid: int, namespace: str) -> int | None:
-    """The host's pid of the live (non-zombie) process numbered `pid` in `namespace`, if any."""
+def host_pid(pid: str, namespace: str) -> int | None:
+    """The host's pid of the live (non-zombie) process `pid` (`pid@start` pins its start) in `namespace`."""
+    number, _, start = pid.partition("@")
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -29,8 +36,9 @@ def host_pid(pid: int, namespace: str) -> int | None:
         except OSError:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if int(fields["NSpid"].split()[-1]) == pid and not fields["State"].strip().startswith("Z"):
-            return int(name)
+        if int(fields["NSpid"].split()[-1]) == int(number) and not fields["State"].strip().startswith("Z"):
+            if not start or _start_time(name) == start:
+                return int(name)
     return None
 
 
@@ -42,5 +50,15 @@ def host_pids(path: Path) -> list[int]:
     return found
 
 
-def alive_in(pid: int, namespace: str) -> bool:
+def alive_in(pid: str, namespace: str) -> bool:
+    """Whether `pid@start` still runs; asked after a death, so the start time is required."""
+    assert "@" in pid, f"{pid}: a pid asked after its death needs its start time (pid@start)"
     return host_pid(pid, namespace) is not None
+
+
+def _start_time(pid: str) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()[19]  # field 22; the command before ")" may hold spaces

@@ -101,8 +101,9 @@ def test_the_verifier_is_not_part_of_the_compile_identity_and_the_bundle_s_verif
 def test_a_hanging_verifier_is_killed_with_its_group_at_its_timeout_and_counts_as_a_fail(tmp_path, scripted_llm):
     cdir, _ = compiled(tmp_path, scripted_llm)
     pidfile = tmp_path / "verifier.pid"
-    # The child's pid and PID namespace: the verifier may run in a namespace of its own.
-    hanging = f"sh -c 'echo $$ $(readlink /proc/self/ns/pid) > {pidfile}; exec sleep 120' & wait; : {{workdir}}"
+    # The child's pid@start and PID namespace: the verifier may run in a namespace of its own.
+    hanging = (f"sh -c 'echo $$@$(cut -d\" \" -f22 /proc/$$/stat) $(readlink /proc/self/ns/pid) > {pidfile}; "
+               f"exec sleep 120' & wait; : {{workdir}}")
     started = time.monotonic()
     result = evaluate(cdir, verifier=hanging, rollouts=1, verifier_timeout_s=1.0)
     assert time.monotonic() - started < 30

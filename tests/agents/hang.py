@@ -8,7 +8,8 @@
 (setsid + an empty environment), out of reach of the group and the marker.
 
 A rollout may run in a PID namespace of its own, where pids are the namespace's: after the
-pids comes the namespace (`pid:[inode]`), which tests/pids.py maps to the host's pids.
+pids comes the namespace (`pid:[inode]`), which tests/pids.py maps to the host's pids; each
+pid is written `pid@start` with its start time, since a dead namespace's number is reused.
 """
 
 import os
@@ -29,11 +30,19 @@ escape = "--escape" in args
 child = subprocess.Popen([sys.executable, "-c", child_code], start_new_session="--setsid-child" in args or escape,
                          env={} if escape else None)
 namespace = os.readlink("/proc/self/ns/pid")
+
+
+def started(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return f"{pid}@{stat[stat.rfind(')') + 2:].split()[19]}"
+
+
+pids = f"{started(child.pid)} {started(os.getpid())}"
 if "--pidfile" in args:
-    Path(args[args.index("--pidfile") + 1]).write_text(f"{child.pid} {os.getpid()} {namespace}\n")
+    Path(args[args.index("--pidfile") + 1]).write_text(f"{pids} {namespace}\n")
 if "--piddir" in args:
     temp = Path(args[args.index("--piddir") + 1]) / f"{os.getpid()}-{namespace[5:-1]}.tmp"
-    temp.write_text(f"{child.pid} {os.getpid()} {namespace}\n")
+    temp.write_text(f"{pids} {namespace}\n")
     temp.rename(temp.with_suffix(""))  # a reader sees the file whole or not at all
 print("working...", flush=True)
 while True:
