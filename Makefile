@@ -38,7 +38,9 @@ demo: setup
 # so 3 workers keep 2 cores busy where 2 left them idle a fifth of the time (docs/testing.md).
 # PYTEST_WORKERS=0 runs everything in one process, one test after the other.
 PYTEST_WORKERS ?= 3
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
+# --no-loadscope-reorder: xdist otherwise hands out files by their number of tests, most first,
+# over the order tests/conftest.py gives (slow files first), and the few-test crash files ran last.
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # The slowest tests are listed at the end of every run: where the suite's time goes.
 PYTEST_DURATIONS := --durations=25
 
