@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from deep_pipeline.rollouts.guard import start_time
+
 
 def read_pids(path: Path) -> tuple[list[str], str]:
     """The pids (`pid` or `pid@start`) in a file an agent wrote, and the PID namespace they are numbered in."""
@@ -37,7 +39,7 @@ def host_pid(pid: str, namespace: str) -> int | None:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if int(fields["NSpid"].split()[-1]) == int(number) and not fields["State"].strip().startswith("Z"):
-            if not start or _start_time(name) == start:
+            if not start or start_time(int(name)) == int(start):
                 return int(name)
     return None
 
@@ -55,10 +57,3 @@ def alive_in(pid: str, namespace: str) -> bool:
     assert "@" in pid, f"{pid}: a pid asked after its death needs its start time (pid@start)"
     return host_pid(pid, namespace) is not None
 
-
-def _start_time(pid: str) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2:].split()[19]  # field 22; the command before ")" may hold spaces
