@@ -30,7 +30,8 @@ import yaml
 from deep_pipeline.locks import file_lock
 from tests.compile_world import World, make_inputs
 from tests.scripted_openai_server import ScriptedOpenAIServer
-from tests.served_world import CLI, answer_with, cli_env, served_overrides
+from tests.forked_cli import ForkedCLI
+from tests.served_world import answer_with, cli_env, served_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT = Path(__file__).parent / "agents" / "crash_agent.py"
@@ -157,8 +158,8 @@ def run_cli(world: CrashWorld, args: list[str], trigger: Trigger | None = None, 
         subprocess.CompletedProcess, Killer]:
     """Run `deep-pipeline ARGS` in its own process group; SIGKILL the group when `trigger` fires."""
     killer = Killer()
-    proc = subprocess.Popen([str(CLI), *args], cwd=REPO, env=world.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = ForkedCLI(args, cwd=REPO, env=world.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                     start_new_session=True)
     killer.pgid = proc.pid
     stop = threading.Event()
     watcher = None

@@ -23,7 +23,8 @@ from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, install_world, make_inputs
 from tests.instances import OUR_YAML
-from tests.served_world import CLI, KillPoint, one_edit_world, reference, served_compile
+from tests import forked_cli
+from tests.served_world import KillPoint, one_edit_world, reference, served_compile
 
 REPO = Path(__file__).resolve().parents[1]
 IN_FLIGHT = (dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
@@ -32,8 +33,8 @@ IN_FLIGHT = (dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.D
 
 def kill_inside(gate: KillPoint, role: str, args: list[str], env: dict) -> str:
     gate.arm(role)
-    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = forked_cli.ForkedCLI(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
     try:
         assert gate.arrived.wait(120), f"no {role} request arrived"
         proc.send_signal(signal.SIGKILL)  # the driver only, as `kill -9 PID` does
@@ -56,11 +57,11 @@ def test_two_kills_in_model_calls_leave_no_run_started_and_no_slot_claimed(tmp_p
     gate = KillPoint(one_edit_world())
     with served_compile(tmp_path, home, gate) as served:
         env = served.env
-        kill_inside(gate, "judge", [str(CLI), *served.compile_args], env)  # in the first matrix's columns
+        kill_inside(gate, "judge", served.compile_args, env)  # in the first matrix's columns
         (key,) = [p.name for p in (home / "compiles").iterdir()]
-        resumed = kill_inside(gate, "editor", [str(CLI), "resume", key], env)  # in the first iteration's edit
+        resumed = kill_inside(gate, "editor", ["resume", key], env)  # in the first iteration's edit
         # Before the fix both llm slots stayed claimed here and this resume waited forever.
-        done = subprocess.run([str(CLI), "resume", key], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        done = forked_cli.run(["resume", key], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     # Each resume first released the run the kill before it left (one line each).
     assert resumed.count("released run") == 1 and "(score_matrix" in resumed, resumed
@@ -86,9 +87,8 @@ def test_ctrl_c_in_a_model_call_prints_one_line(tmp_path, dagster_storage):
     gate = KillPoint(one_edit_world())
     with served_compile(tmp_path, tmp_path / "home", gate) as served:
         gate.arm("judge")
-        proc = subprocess.Popen([str(CLI), *served.compile_args],
-                                cwd=REPO, env=served.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = forked_cli.ForkedCLI(served.compile_args, cwd=REPO, env=served.env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             assert gate.arrived.wait(120), "no judge request arrived"
             os.killpg(proc.pid, signal.SIGINT)

@@ -31,7 +31,8 @@ from tests.compile_world import CONFIG, install_world
 from tests.fault_world import VARIANT_RE, FaultLayer, VariantWorlds, variant_inputs
 from tests.scripted_openai_server import ScriptedOpenAIServer
 from tests.instances import on_postgres
-from tests.served_world import CLI, answer_with, cli_env, served_overrides
+from tests.forked_cli import ForkedCLI
+from tests.served_world import answer_with, cli_env, served_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -188,8 +189,8 @@ def resume_the_failed(home: Path, env: dict, keys: list[str]) -> dict[str, str]:
         assert cls_name in OUR_ERRORS and "\n" not in message, f"{key}: not one clear line: {cls_name}: {message}"
         assert "(model openai/" in message and ("judge" in message or "editor" in message), message
         failed[key] = message
-        resumes[key] = subprocess.Popen([str(CLI), "resume", key], cwd=REPO, env=env, text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        resumes[key] = ForkedCLI(["resume", key], cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
     for key, resume in resumes.items():  # side by side: each is a compile of its own
         _, stderr = resume.communicate(timeout=300)
         assert resume.returncode == 0, (key, stderr[-2000:])
