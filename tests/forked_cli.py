@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -42,9 +43,7 @@ def _server_socket() -> str:
     global _server
     with _server_lock:
         if _server is None or _server[0].poll() is not None:
-            folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"forked-cli-{os.getpid()}-{time.monotonic_ns()}"
-            folder.mkdir(parents=True)
-            path = str(folder / "socket")
+            path = os.path.join(tempfile.mkdtemp(prefix="forked-cli-"), "socket")  # removed by the server
             # Its stdin is our pipe: when this test process ends, the server reads EOF and exits.
             proc = subprocess.Popen([sys.executable, __file__, path], stdin=subprocess.PIPE,
                                     stdout=subprocess.DEVNULL, start_new_session=True)
@@ -321,4 +320,9 @@ def _become(request: dict, fds: list[int], close: list[int], set_up: int) -> Non
 
 if __name__ == "__main__":
     sys.path[0] = str(Path(__file__).resolve().parent.parent)  # the repo: deep_pipeline, as installed
-    _serve(sys.argv[1])
+    try:
+        _serve(sys.argv[1])
+    finally:
+        for leftover in (sys.argv[1], sys.argv[1] + ".ready"):
+            Path(leftover).unlink(missing_ok=True)
+        Path(sys.argv[1]).parent.rmdir()
