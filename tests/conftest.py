@@ -15,26 +15,32 @@ import deep_pipeline.definitions  # noqa: F401  (first: see above)
 
 import pytest
 
-# Model workers the tests' runs start (each test has its own home) give their memory back
-# soon after the test rather than after ten idle minutes.
-os.environ.setdefault("DEEP_PIPELINE_MODEL_WORKER_IDLE_S", "15")
+# A model worker the tests' runs start (each test has its own home) lives through its test:
+# under CI's load a daemon's steps came more than 15 s apart, and a worker that idled out
+# between them was started again (litellm's import, 5 CPU-s) 29 times in one run. The
+# fixture below stops it when its test ends; one a test left outside tmp_path idles out.
+os.environ.setdefault("DEEP_PIPELINE_MODEL_WORKER_IDLE_S", "300")
 
 
 @pytest.fixture(autouse=True)
 def _no_local_model_server_outlives_its_test(request):
-    """Stop every local model server a test's homes started (each 340 MB, serving until
-    SIGTERM by design: it is shared by a home's runs). A CLI compile with the command runner
-    and `agent_model: local` starts one in its own session, so the test's process cleanup
-    never reaches it; left running, a suite's worth of them exhausted the machine's memory.
-    Found by its recorded pid and command line, not an HTTP probe: a busy server answers late."""
+    """Stop every local model server and model worker a test's homes started (a server is
+    340 MB, serving until SIGTERM by design: it is shared by a home's runs). A CLI compile with
+    the command runner and `agent_model: local` starts one in its own session, so the test's
+    process cleanup never reaches it; left running, a suite's worth of them exhausted the
+    machine's memory. Found by its recorded pid and command line, not an HTTP probe: a busy
+    server answers late."""
     # Asked for before the test, so tmp_path is torn down after this fixture, not before.
     tmp_path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
     yield
     for state in tmp_path.rglob("local_model/server.json") if tmp_path is not None else ():
-        stop_recorded_server(state)
+        stop_recorded_server(state, b"deep_pipeline.llm.local_server")
+    for state in tmp_path.rglob("model_worker/*.json") if tmp_path is not None else ():
+        stop_recorded_server(state, str(state).encode())  # its command line names its state file
 
 
-def stop_recorded_server(state) -> None:
+def stop_recorded_server(state, marker: bytes) -> None:
+    """SIGKILL the process whose pid `state` records, if its command line holds `marker`."""
     import json
     import signal
 
@@ -43,7 +49,7 @@ def stop_recorded_server(state) -> None:
         cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
     except (OSError, ValueError, KeyError):
         return  # gone already, or never started
-    if b"deep_pipeline.llm.local_server" in cmdline:
+    if marker in cmdline:
         os.kill(pid, signal.SIGKILL)  # nothing of it is kept: the test's home goes with it
 
 
