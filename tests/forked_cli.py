@@ -59,16 +59,17 @@ def _server_socket() -> str:
 class ForkedCLI:
     """`deep-pipeline ARGS` in a process forked from the server; what tests use of Popen."""
 
-    def __init__(self, args: list[str], *, cwd=None, env=None, stdin=None, stdout=None, stderr=None,
+    def __init__(self, args: list[str], *, cwd=None, env=None, stdout=None, stderr=None,
                  text: bool = False, start_new_session: bool = False) -> None:
         self.args = [str(CLI), *map(str, args)]
         self.returncode: int | None = None
         self.stdout = self.stderr = None
-        ends, close_after = [], []
-        for name, stream, default_fd in (("stdin", stdin, None), ("stdout", stdout, 1), ("stderr", stderr, 2)):
+        close_after = [os.open(os.devnull, os.O_RDWR)]  # its stdin: no test writes to the CLI
+        ends = [close_after[0]]
+        for name, stream, default_fd in (("stdout", stdout, 1), ("stderr", stderr, 2)):
             fd, ours = self._child_end(stream, default_fd, close_after)
             ends.append(fd)
-            if ours is not None and name != "stdin":  # input is not sent: no test writes to the CLI
+            if ours is not None:
                 setattr(self, name, os.fdopen(ours, "r" if text else "rb"))
         request = {"argv": self.args, "cwd": str(cwd or os.getcwd()), "env": dict(os.environ if env is None else env),
                    "new_session": start_new_session}
@@ -85,15 +86,15 @@ class ForkedCLI:
         self.pid = reply["pid"]
 
     @staticmethod
-    def _child_end(stream, default_fd, close_after: list[int]) -> tuple[int, int | None]:
-        """(the fd the child gets, our end of a pipe or None)."""
-        if stream == subprocess.PIPE and default_fd is not None:
+    def _child_end(stream, default_fd: int, close_after: list[int]) -> tuple[int, int | None]:
+        """(the fd the child gets, our end of a pipe or None), as Popen reads stdout=/stderr=."""
+        if stream == subprocess.PIPE:
             ours, theirs = os.pipe()
             close_after.append(theirs)
             return theirs, ours
-        if stream is None and default_fd is not None:
+        if stream is None:
             return default_fd, None
-        if stream is None or stream == subprocess.DEVNULL:
+        if stream == subprocess.DEVNULL:
             fd = os.open(os.devnull, os.O_RDWR)
             close_after.append(fd)
             return fd, None
@@ -121,7 +122,7 @@ class ForkedCLI:
         self._conn.close()
         return True
 
-    def communicate(self, input=None, timeout: float | None = None):
+    def communicate(self, timeout: float | None = None):
         """Read stdout and stderr (those that are pipes) to their end, then wait; like Popen's."""
         deadline = None if timeout is None else time.monotonic() + timeout
         chunks = {stream: [] for stream in (self.stdout, self.stderr) if stream is not None}
@@ -230,8 +231,7 @@ def _serve(path: str) -> None:
                     conn, _ = listener.accept()
                     pid = _fork_one(conn, [listener.fileno(), wake_read, wake_write, selector.fileno(),
                                            *(c.fileno() for c in children.values())])
-                    if pid is not None:
-                        children[pid] = conn
+                    children[pid] = conn
             _reap(children)
 
 
@@ -252,7 +252,7 @@ def _reap(children: dict[int, socket.socket]) -> None:
             conn.close()
 
 
-def _fork_one(conn: socket.socket, inherited: list[int]) -> int | None:
+def _fork_one(conn: socket.socket, inherited: list[int]) -> int:
     message, fds, _, _ = socket.recv_fds(conn, _BUFFER, 3)
     request = json.loads(message)
     sys.stdout.flush()
