@@ -37,7 +37,6 @@ from tests.crash_harness import (
     repeated_calls,
     snapshot,
 )
-from tests.daemon_process import running_daemon
 from tests.instances import on_postgres
 from tests.served_world import OpenAIRequest, answer_with
 
@@ -158,21 +157,25 @@ def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninte
     dagster_storage.home(world.home)  # our dagster.yaml on the storage this run selected (SQLite or Postgres)
     with server:
         key = register(world, tmp_path)
+        with open(tmp_path / "daemon.log", "w") as daemon_log:  # the child keeps its own copy of the descriptor
+            daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO,
+                                      env=world.env, stdout=subprocess.DEVNULL, stderr=daemon_log, start_new_session=True)
         before = None
         try:
-            with running_daemon(tmp_path, world.env, tmp_path / "daemon.log"):
-                deadline = time.monotonic() + 420
-                if point == POINTS[2]:
-                    kill_finalize_after_s_final(world, killer, deadline)
-                while killer.at is None and time.monotonic() < deadline:
-                    if point == POINTS[1] and _candidate_started(world):
-                        kill_worker(world, "run_iteration", killer, point)
-                    time.sleep(0.02)
-                assert killer.at is not None, f"never reached {point}"
-                before = snapshot(world)
-                while not runs_ended(world, key) and time.monotonic() < deadline:
-                    time.sleep(0.5)
+            deadline = time.monotonic() + 420
+            if point == POINTS[2]:
+                kill_finalize_after_s_final(world, killer, deadline)
+            while killer.at is None and time.monotonic() < deadline:
+                if point == POINTS[1] and _candidate_started(world):
+                    kill_worker(world, "run_iteration", killer, point)
+                time.sleep(0.02)
+            assert killer.at is not None, f"never reached {point}"
+            before = snapshot(world)
+            while not runs_ended(world, key) and time.monotonic() < deadline:
+                time.sleep(0.5)
         finally:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            daemon.wait(timeout=60)
             stop_model_workers(world.home)
         ended = outcome(world)
     log = (tmp_path / "daemon.log").read_text()

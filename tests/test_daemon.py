@@ -10,6 +10,8 @@ other processes, so an in-process litellm provider cannot reach them).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +22,6 @@ import pytest
 import yaml
 
 from tests.compile_world import make_inputs
-from tests.daemon_process import running_daemon
 from tests.scripted_openai_server import ScriptedOpenAIServer
 from tests.served_world import answer_with, cli_env, one_edit_world, served_overrides
 
@@ -62,7 +63,11 @@ def compile_under_daemon(tmp_path: Path, home: Path, env: dict[str, str], watch=
         )
         assert start.returncode == 0, start.stderr[-2000:]
         (key,) = [p.name for p in (home / "compiles").iterdir()]
-        with running_daemon(tmp_path, env, tmp_path / "daemon.log"):
+        daemon = subprocess.Popen(
+            [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO, env=env,
+            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "daemon.log", "w"), start_new_session=True,
+        )
+        try:
             deadline = time.monotonic() + timeout_s
             while not (home / "compiles" / key / "report.json").is_file() and time.monotonic() < deadline:
                 if watch is not None:
@@ -72,6 +77,9 @@ def compile_under_daemon(tmp_path: Path, home: Path, env: dict[str, str], watch=
             # interrupt that run's last steps, so wait until every run of the compile ended.
             while not runs_ended(home, key) and time.monotonic() < deadline:
                 time.sleep(0.5)
+        finally:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            daemon.wait(timeout=60)
     return key
 
 
