@@ -1,7 +1,7 @@
 """The daemon path for real: `start_compile` registers, the Dagster daemon's loop sensor
 carries the compile to its end in runs of their own processes. `compile_under_daemon` serves
-tests/test_next_run.py (a compile of one task: the chain of runs, every run, on SQLite and in
-.ci/run's Postgres pass) and tests/test_daemon_retry.py; here, a task set's (SPEC §11).
+tests/test_next_run.py (a compile of one task, its first iteration run failed to launch: the
+chain of runs and the sensor's retry); here, a task set's (SPEC §11).
 
 The judge and editor are a scripted OpenAI-compatible server on 127.0.0.1 (the runs are
 other processes, so an in-process litellm provider cannot reach them).

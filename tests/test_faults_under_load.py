@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import dagster as dg
@@ -27,11 +28,13 @@ from deep_pipeline.engine.compiles import register_compile
 from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.engine.steps import run_steps, run_step
+from deep_pipeline.runtime.tags import LOOP_SENSOR, RUN_KEY_TAG, SENSOR_NAME_TAG, SUBMITTED_BY_TAG
 from tests.compile_world import CONFIG, install_world
 from tests.fault_world import VARIANT_RE, FaultLayer, VariantWorlds, variant_inputs
 from tests.scripted_openai_server import ScriptedOpenAIServer
 from tests.instances import on_postgres
 from tests.forked_cli import ForkedCLI
+from tests.test_next_run import loop_sensor
 from tests.served_world import answer_with, cli_env, served_overrides
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,6 +177,23 @@ def test_a_batch_under_faults_ends_with_its_decisions_or_one_line_and_resumes(tm
         assert all(r.is_finished for key in keys for r in runs_of(instance, key))
         info = instance.event_log_storage.get_concurrency_info("llm")
         assert info.claimed_slots == [] and info.pending_steps == []
+        check_the_chain(instance, [r for key in keys for r in runs_of(instance, key)])
+
+
+def check_the_chain(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> None:
+    """What tests/test_next_run.py shows on SQLite, on this batch's storage (the Postgres pass
+    runs it here, not again on a compile of its own): step runs submitted their next step, no
+    step succeeded twice, and Dagster's run-key lookup finds every run as the loop sensor's."""
+    from dagster._daemon.sensor import fetch_existing_runs
+
+    runs = [r for r in runs if r.tags.get(SENSOR_NAME_TAG) == LOOP_SENSOR]  # not the resumes' CLI runs
+    ids = {r.run_id for r in runs}
+    submitted = [r for r in runs if r.tags.get(SUBMITTED_BY_TAG) in ids]
+    assert submitted, "no step run submitted its compile's next step"
+    succeeded = Counter(r.tags[RUN_KEY_TAG] for r in runs if r.status == dg.DagsterRunStatus.SUCCESS)
+    assert set(succeeded.values()) == {1}, succeeded
+    found = fetch_existing_runs(instance, loop_sensor(instance), [dg.RunRequest(run_key=k) for k in succeeded])
+    assert set(found) == set(succeeded), set(succeeded) - set(found)
 
 
 def resume_the_failed(home: Path, env: dict, keys: list[str]) -> dict[str, str]:
