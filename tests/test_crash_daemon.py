@@ -1,11 +1,17 @@
 """SPEC §9 under the daemon: SIGKILL the run worker of a step, and the daemon still ends the compile.
 
 `start_compile` registers the compile (as tests/test_daemon.py does), `dagster-daemon run`
-carries it; at the kill point the worker process of the running step (its `deep/worker` tag,
+carries it; at each kill point the worker process of the running step (its `deep/worker` tag,
 set by runtime/asset_step.py) is SIGKILLed. The daemon keeps running: its loop
-sensor's sweep (release_dead_runs) fails the dead run and frees its slot, and Dagster's
-run retry (dagster.yaml run_retries) runs the step again. Checked as the CLI points of
-tests/test_crash_suite.py are, against the same uninterrupted compile.
+sensor's sweep (release_dead_runs) fails the dead run and frees its slot, and the step is
+run again. Checked as the CLI points of tests/test_crash_suite.py are, against the same
+uninterrupted compile.
+
+One compile is killed at every point, in the order the compile reaches them (a judge call
+of its first matrix, a candidate's rollout, finalize): a daemon compile is the suite's
+dearest set-up, and each point's run is a different step's, each retried on its own. Each
+point's test checks what its kill left (the calls and rollouts finished before it are not
+made again, its run failed once) and that the compile ended as the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
@@ -28,6 +35,8 @@ from tests.crash_harness import (
     REPO,
     CrashWorld,
     Killer,
+    Outcome,
+    Snapshot,
     check_instance,
     check_no_temp_files,
     check_rollouts,
@@ -37,7 +46,7 @@ from tests.crash_harness import (
     repeated_calls,
     snapshot,
 )
-from tests.instances import on_postgres
+from tests.instances import Storages, on_postgres, on_postgres_only_for
 from tests.served_world import OpenAIRequest, answer_with
 
 pytestmark = pytest.mark.slow
@@ -97,8 +106,8 @@ def _final_skill(world: CrashWorld) -> bool:
 
 POINTS = ["in-a-judge-call-of-a-matrix", "in-a-candidate-rollout", "in-finalize-after-s-final"]
 # The SQLite pass kills at every point; .ci/run's Postgres pass at the one that kills rollouts in
-# flight (the sweep, the slot and the run retry all on Postgres storage): each point takes a whole
-# daemon compile, and the two others add nothing storage-specific.
+# flight (the sweep, the slot and the run retry all on Postgres storage): the two others add
+# nothing storage-specific.
 POSTGRES_POINTS = {"in-a-candidate-rollout"}
 
 
@@ -137,55 +146,106 @@ def stop_model_workers(home: Path) -> None:
             pass
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninterrupted(tmp_path, crash_reference, point,
-                                                                                        dagster_storage):
-    if on_postgres() and point not in POSTGRES_POINTS:
-        pytest.skip(f"{point}: run on SQLite storage; on Postgres only {sorted(POSTGRES_POINTS)}")
-    killer = Killer()
+@dataclass
+class Kill:
+    """One kill point's killer, and what the compile had done when it fired."""
+
+    killer: Killer = field(default_factory=Killer)
+    before: Snapshot | None = None
+    started: list[str] = field(default_factory=list)  # the skill versions of the rollouts started before it
+
+
+@dataclass
+class KilledCompile:
+    world: CrashWorld
+    key: str
+    kills: dict[str, Kill]
+    ended: Outcome
+    daemon_log: str
+
+
+@pytest.fixture(scope="module")
+def killed_compile(tmp_path_factory, crash_reference):
+    """The crash world's compile under the daemon, its run workers SIGKILLed at each point this
+    storage runs (all on SQLite, POSTGRES_POINTS on Postgres), carried to its end."""
+    tmp_path = tmp_path_factory.mktemp("crash-daemon")
+    kills = {point: Kill() for point in POINTS if not on_postgres() or point in POSTGRES_POINTS}
     world_answer = answer_with(crash_world())
     holder: dict = {}
 
     def answer(body: dict) -> dict:  # the first judge column's request: kill its worker while it waits
         request = OpenAIRequest(body)
-        if point == POINTS[0] and request.role == "judge" and "score_a" not in str(request.schema) and killer.at is None:
-            kill_worker(holder["world"], "score_matrix", killer, point)
+        kill = kills.get(POINTS[0])
+        if kill and request.role == "judge" and "score_a" not in str(request.schema) and kill.killer.at is None:
+            kill_worker(holder["world"], "score_matrix", kill.killer, POINTS[0])
         return world_answer(body)
 
     world, server = open_world(tmp_path, answer)
     holder["world"] = world
-    dagster_storage.home(world.home)  # our dagster.yaml on the storage this run selected (SQLite or Postgres)
-    with server:
-        key = register(world, tmp_path)
-        with open(tmp_path / "daemon.log", "w") as daemon_log:  # the child keeps its own copy of the descriptor
-            daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO,
-                                      env=world.env, stdout=subprocess.DEVNULL, stderr=daemon_log, start_new_session=True)
-        before = None
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        storages = Storages(tmp_path, monkeypatch)
         try:
-            deadline = time.monotonic() + 420
-            if point == POINTS[2]:
-                kill_finalize_after_s_final(world, killer, deadline)
-            while killer.at is None and time.monotonic() < deadline:
-                if point == POINTS[1] and _candidate_started(world):
-                    kill_worker(world, "run_iteration", killer, point)
-                time.sleep(0.02)
-            assert killer.at is not None, f"never reached {point}"
-            before = snapshot(world)
-            while not runs_ended(world, key) and time.monotonic() < deadline:
-                time.sleep(0.5)
+            storages.home(world.home)  # our dagster.yaml on the storage this run selected (SQLite or Postgres)
+            with server:
+                key = register(world, tmp_path)
+                with open(tmp_path / "daemon.log", "w") as daemon_log:  # the child keeps its own copy of the descriptor
+                    daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO,
+                                              env=world.env, stdout=subprocess.DEVNULL, stderr=daemon_log,
+                                              start_new_session=True)
+                try:
+                    deadline = time.monotonic() + 900  # three kills, each waiting for the sweep and the step's retry
+                    for point, kill in kills.items():
+                        kill_at(world, point, kill, deadline)
+                    while not runs_ended(world, key) and time.monotonic() < deadline:
+                        time.sleep(0.5)
+                finally:
+                    os.killpg(daemon.pid, signal.SIGTERM)
+                    daemon.wait(timeout=60)
+                    stop_model_workers(world.home)
+                ended = outcome(world)
+            yield KilledCompile(world, key, kills, ended, (tmp_path / "daemon.log").read_text())
         finally:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            daemon.wait(timeout=60)
-            stop_model_workers(world.home)
-        ended = outcome(world)
-    log = (tmp_path / "daemon.log").read_text()
+            storages.close()
+
+
+def kill_at(world: CrashWorld, point: str, kill: Kill, deadline: float) -> None:
+    """Wait for `point` (the judge call's kill is the server's), kill there, and keep what was done."""
+    if point == POINTS[2]:
+        kill_finalize_after_s_final(world, kill.killer, deadline)
+    while kill.killer.at is None and time.monotonic() < deadline:
+        if point == POINTS[1] and _candidate_started(world):
+            kill_worker(world, "run_iteration", kill.killer, point)
+        time.sleep(0.02)
+    assert kill.killer.at is not None, f"never reached {point}"
+    kill.before = snapshot(world)
+    kill.started = [sha for kind, sha in world.rollouts()[:kill.before.rollout_lines] if kind == "start"]
+
+
+JOB_OF = {POINTS[0]: "score_matrix", POINTS[1]: "run_iteration", POINTS[2]: "finalize"}
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_sigkilled_run_worker_is_failed_retried_and_the_compile_ends_as_uninterrupted(point, killed_compile,
+                                                                                        crash_reference):
+    on_postgres_only_for(point, POSTGRES_POINTS)
+    world, kill, ended = killed_compile.world, killed_compile.kills[point], killed_compile.ended
+    log = killed_compile.daemon_log
     assert ended.decisions == crash_reference.decisions, log[-3000:]
     assert (ended.skill_sha256, ended.folder_sha256) == (crash_reference.skill_sha256, crash_reference.folder_sha256)
     assert ended.requests == crash_reference.requests
-    assert repeated_calls(world, killer.at, before) == []
-    check_rollouts(world, before, crash_reference)
+    assert repeated_calls(world, kill.killer.at, kill.before) == []
+    if point == POINTS[0]:
+        # Before the first matrix only the input rollouts ran: none of them runs again, but one
+        # in flight at the kill (none, at a judge call).
+        versions = set(kill.started)
+        again = [sha for kind, sha in world.rollouts()[kill.before.rollout_lines:] if kind == "start" and sha in versions]
+        assert len(again) == len(kill.started) - kill.before.stored_traces, (again, kill.started, kill.before)
+    else:  # no later point kills a rollout: every rollout after this kill is one it still owed
+        check_rollouts(world, kill.before, crash_reference)
     check_instance(world.home)
     check_no_temp_files(world)
     with dg.DagsterInstance.from_config(str(world.home)) as instance:
-        failed = instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], tags={"deep/compile": key}))
-    assert len(failed) == 1, "the killed run is failed once, and its retry succeeded"
+        failed = instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE],
+                                                        tags={"deep/compile": killed_compile.key}))
+    failed_jobs = sorted(r.dagster_run.job_name for r in failed)
+    assert failed_jobs == sorted(JOB_OF[p] for p in killed_compile.kills), "each killed run failed once, its retry succeeded"
