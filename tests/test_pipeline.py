@@ -20,6 +20,7 @@ from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine import steps
 from deep_pipeline.engine.settings import effective_config, load_deployment
 from tests.compile_world import CONFIG, World, install_world, make_inputs
+from tests.instances import on_postgres_only_for
 
 
 def decisions_of(report):
@@ -61,6 +62,7 @@ SCENARIOS = {
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_dagster_compile_matches_plain_driver(name, env, scripted_llm, dagster_storage):
+    on_postgres_only_for(name, {"descend"})  # both levels: the richest of the three
     world, overrides = SCENARIOS[name]
     reference = plain(env, World(**{k: dict(v) for k, v in vars(world).items() if k != "calls"}), scripted_llm, **overrides)
     scripted_llm.reset()
@@ -157,6 +159,7 @@ def test_definitions_load():
 def test_budget_ends_the_compile_cleanly(max_calls, path, env, scripted_llm, dagster_storage):
     # 3 calls: the first matrix stops part-way; 5: its last column spends the budget;
     # 6: the matrix is done and the iteration's edit spends it.
+    on_postgres_only_for((max_calls, path), {(3, "dagster"), (6, "dagster")})  # "plain" uses no Dagster storage
     world = World(low={("s02-steps", "clarity"): 2})
     if path == "plain":
         report = plain(env, world, scripted_llm, max_calls=max_calls)
@@ -207,7 +210,7 @@ def test_compile_job_carries_a_compile_to_its_end_with_nested_runs(env, scripted
 @pytest.mark.parametrize("stop_after", [1, 3])
 def test_interrupted_compile_resumes_to_the_same_end_without_repeating_calls(stop_after, env, scripted_llm,
                                                                             dagster_storage):
-
+    on_postgres_only_for(stop_after, {3})
     scenario = dict(low={("s02-steps", "actionability"): 2}, compare={("s02-steps", "actionability"): (2, 2)})
     reference = plain(env, World(**scenario), scripted_llm)
     reference_calls = len(scripted_llm.requests)
