@@ -1,6 +1,6 @@
 """A run launcher that fails the first launch of one job, as a code server that took too long
 to start did ("Timed out waiting for gRPC server to start"); every other launch is Dagster's
-own. Named in a test home's dagster.yaml (tests/test_next_run.py); the file `marker`
+own. Named in a test home's dagster.yaml (tests/test_daemon.py); the file `marker`
 says the failure was spent, so it fails once per home however often the daemon restarts."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from tests.fault_world import VARIANT_RE, FaultLayer, VariantWorlds, variant_inp
 from tests.scripted_openai_server import ScriptedOpenAIServer
 from tests.instances import on_postgres
 from tests.forked_cli import ForkedCLI
-from tests.test_next_run import loop_sensor
+from tests.test_daemon import loop_sensor
 from tests.served_world import answer_with, cli_env, served_overrides
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,7 +181,7 @@ def test_a_batch_under_faults_ends_with_its_decisions_or_one_line_and_resumes(tm
 
 
 def check_the_chain(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> None:
-    """What tests/test_next_run.py shows on SQLite, on this batch's storage (the Postgres pass
+    """What tests/test_daemon.py shows on SQLite, on this batch's storage (the Postgres pass
     runs it here, not again on a compile of its own): step runs submitted their next step, no
     step succeeded twice, and Dagster's run-key lookup finds every run as the loop sensor's."""
     from dagster._daemon.sensor import fetch_existing_runs

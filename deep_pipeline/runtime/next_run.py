@@ -26,7 +26,7 @@ found there: a run past NOT_STARTED is skipped ("already completed with run keys
 tick), a NOT_STARTED one is submitted as is (the QueuedRunCoordinator logs and ignores a
 submit of a run already QUEUED). So the run made here carries `dagster/run_key`,
 `dagster/sensor_name` and the origin of the run that makes it with the next job's name: the
-same location and repository as the sensor's (checked in tests/test_next_run.py).
+same location and repository as the sensor's (checked in tests/test_daemon.py).
 
 Before Dagster's check, ours: the sensor asks for a step only while no run of it (tag
 `deep/step_key`) is unfinished (runtime/run_history.py `plan_step`), and a run made here is QUEUED
@@ -42,7 +42,7 @@ from its creation on. The race, whichever comes second is dropped:
   (runtime/run_history.py `run_in_flight`), and this run is running, so the sensor asks nothing in that
   window. (Before that check it could: a tick that read the previous step's ending
   materialization late fell while this run was running, and asked for this run's next step
-  itself; seen under load in tests/test_next_run.py.)
+  itself; seen under load in tests/test_daemon.py.)
 """
 
 from __future__ import annotations
