@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+from tests.instances import on_postgres
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -19,6 +22,7 @@ def run(args, home, **kw):
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, **kw)
 
 
+@pytest.mark.skipif(on_postgres(), reason="loads the definitions, opens no storage: the SQLite run covers it")
 def test_definitions_validate_and_dg_check(tmp_path):
     validate = run([str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"], tmp_path)
     assert validate.returncode == 0, validate.stderr[-2000:]
