@@ -46,6 +46,7 @@ from tests.crash_harness import (
     repeated_calls,
     snapshot,
 )
+from tests.daemon_process import running_daemon
 from tests.instances import Storages, on_postgres, on_postgres_only_for
 from tests.served_world import OpenAIRequest, answer_with
 
@@ -188,19 +189,14 @@ def killed_compile(tmp_path_factory, crash_reference):
             storages.home(world.home)  # our dagster.yaml on the storage this run selected (SQLite or Postgres)
             with server:
                 key = register(world, tmp_path)
-                with open(tmp_path / "daemon.log", "w") as daemon_log:  # the child keeps its own copy of the descriptor
-                    daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO,
-                                              env=world.env, stdout=subprocess.DEVNULL, stderr=daemon_log,
-                                              start_new_session=True)
                 try:
-                    deadline = time.monotonic() + 900  # three kills, each waiting for the sweep and the step's retry
-                    for point, kill in kills.items():
-                        kill_at(world, point, kill, deadline)
-                    while not runs_ended(world, key) and time.monotonic() < deadline:
-                        time.sleep(0.5)
+                    with running_daemon(world.env, tmp_path / "daemon.log"):
+                        deadline = time.monotonic() + 900  # three kills, each waiting for the sweep and the step's retry
+                        for point, kill in kills.items():
+                            kill_at(world, point, kill, deadline)
+                        while not runs_ended(world, key) and time.monotonic() < deadline:
+                            time.sleep(0.5)
                 finally:
-                    os.killpg(daemon.pid, signal.SIGTERM)
-                    daemon.wait(timeout=60)
                     stop_model_workers(world.home)
                 ended = outcome(world)
             yield KilledCompile(world, key, kills, ended, (tmp_path / "daemon.log").read_text())

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import dagster as dg
 import pytest
@@ -45,6 +43,7 @@ from deep_pipeline.engine.context import CompileHandle
 from deep_pipeline.engine.status import compile_status
 from deep_pipeline.runtime.tags import LOOP_SENSOR, QUEUE_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG, SUBMITTED_BY_TAG
 from tests.compile_world import make_inputs
+from tests.daemon_process import loop_sensor, running_daemon, sensor_skip_reasons
 from tests.instances import Storages
 from tests.scripted_openai_server import ScriptedOpenAIServer
 from tests.served_world import answer_with, cli_env, one_edit_world, served_overrides
@@ -86,11 +85,7 @@ def compile_under_daemon(tmp_path: Path, home: Path, env: dict[str, str], watch=
         )
         assert start.returncode == 0, start.stderr[-2000:]
         (key,) = [p.name for p in (home / "compiles").iterdir()]
-        daemon = subprocess.Popen(
-            [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO, env=env,
-            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "daemon.log", "w"), start_new_session=True,
-        )
-        try:
+        with running_daemon(env, tmp_path / "daemon.log"):
             deadline = time.monotonic() + timeout_s
             while not (home / "compiles" / key / "report.json").is_file() and time.monotonic() < deadline:
                 if watch is not None:
@@ -100,35 +95,7 @@ def compile_under_daemon(tmp_path: Path, home: Path, env: dict[str, str], watch=
             # interrupt that run's last steps, so wait until every run of the compile ended.
             while not runs_ended(home, key) and time.monotonic() < deadline:
                 time.sleep(0.5)
-        finally:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            daemon.wait(timeout=60)
     return key
-
-
-def loop_sensor(instance: dg.DagsterInstance) -> SimpleNamespace:
-    """The loop sensor as the sensor daemon's `fetch_existing_runs` reads it: its name and origin."""
-    from dagster._core.scheduler.instigation import InstigatorType
-
-    (state,) = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
-                if s.instigator_name == LOOP_SENSOR]
-    return SimpleNamespace(name=LOOP_SENSOR, get_remote_origin=lambda: state.origin)
-
-
-def sensor_skip_reasons(instance: dg.DagsterInstance) -> list[str]:
-    from dagster._core.scheduler.instigation import InstigatorType
-
-    (state,) = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
-                if s.instigator_name == LOOP_SENSOR]
-    return [t.skip_reason or "" for t in instance.get_ticks(state.instigator_origin_id, state.selector_id)]
-
-
-def sensor_skip_reasons(instance: dg.DagsterInstance) -> list[str]:
-    from dagster._core.scheduler.instigation import InstigatorType
-
-    (state,) = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
-                if s.instigator_name == LOOP_SENSOR]
-    return [t.skip_reason or "" for t in instance.get_ticks(state.instigator_origin_id, state.selector_id)]
 
 
 @dataclass

@@ -11,8 +11,6 @@ is left behind: no run in flight, no `llm` slot claimed, no "database is locked"
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,11 +28,11 @@ from deep_pipeline.engine.settings import effective_config, load_deployment
 from deep_pipeline.engine.steps import run_steps, run_step
 from deep_pipeline.runtime.tags import LOOP_SENSOR, RUN_KEY_TAG, SENSOR_NAME_TAG, SUBMITTED_BY_TAG
 from tests.compile_world import CONFIG, install_world
+from tests.daemon_process import loop_sensor, running_daemon
 from tests.fault_world import VARIANT_RE, FaultLayer, VariantWorlds, variant_inputs
 from tests.scripted_openai_server import ScriptedOpenAIServer
 from tests.instances import on_postgres
 from tests.forked_cli import ForkedCLI
-from tests.test_daemon import loop_sensor
 from tests.served_world import answer_with, cli_env, served_overrides
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,9 +104,7 @@ def failure_line(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[str,
 
 
 def run_the_daemon(tmp: Path, home: Path, env: dict, keys: list[str]) -> None:
-    daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO, env=env,
-                              stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "w"), start_new_session=True)
-    try:
+    with running_daemon(env, tmp / "daemon.log"):
         # 420 s settles a quiet machine; CI under load (load 14 on 2 cores) was still retrying at 420 s
         deadline, quiet = time.monotonic() + 900, {}
         # One instance for the whole wait, polled each second: opening one per poll cost
@@ -117,9 +113,6 @@ def run_the_daemon(tmp: Path, home: Path, env: dict, keys: list[str]) -> None:
             while not settled(instance, home, keys, quiet):
                 assert time.monotonic() < deadline, "the batch did not settle"
                 time.sleep(1.0)
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        daemon.wait(timeout=60)
 
 
 def test_a_rate_limit_is_resent_no_sooner_than_its_retry_after(tmp_path, monkeypatch):
