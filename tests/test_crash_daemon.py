@@ -190,7 +190,7 @@ def killed_compile(tmp_path_factory, crash_reference):
             with server:
                 key = register(world, tmp_path)
                 try:
-                    with running_daemon(world.env, tmp_path / "daemon.log", code_server=True):
+                    with running_daemon(world.env, tmp_path / "daemon.log"):
                         deadline = time.monotonic() + 900  # three kills, each waiting for the sweep and the step's retry
                         for point, kill in kills.items():
                             kill_at(world, point, kill, deadline)

@@ -104,7 +104,7 @@ def failure_line(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[str,
 
 
 def run_the_daemon(tmp: Path, home: Path, env: dict, keys: list[str]) -> None:
-    with running_daemon(env, tmp / "daemon.log", code_server=True):
+    with running_daemon(env, tmp / "daemon.log"):
         # 420 s settles a quiet machine; CI under load (load 14 on 2 cores) was still retrying at 420 s
         deadline, quiet = time.monotonic() + 900, {}
         # One instance for the whole wait, polled each second: opening one per poll cost
