@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing
+import signal
 import sys
 import tempfile
 import time
@@ -303,13 +304,23 @@ def with_oracle(rows: list[Row]) -> list[Row]:
     return out
 
 
+def worker_pool(jobs: int):
+    """Forked workers that die of SIGTERM, as Pool.terminate() expects, whatever handler this
+    process has: one that returns (a test process had one) left a worker waiting on the task
+    queue's lock and terminate() joining it forever."""
+    return multiprocessing.get_context("fork").Pool(jobs, initializer=signal.signal,
+                                                    initargs=(signal.SIGTERM, signal.SIG_DFL))
+
+
 def run(seeds: int, settings, gates: list[str], jobs: int, invent_rate: float = INVENT_RATE) -> list[Row]:
     work = [(seed, sigma, bonus, tuple(gates), invent_rate) for sigma, bonus in settings for seed in range(seeds)]
     if jobs <= 1:
         done = [_one_seed(job) for job in work]
     else:
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        with worker_pool(jobs) as pool:
             done = pool.map(_one_seed, work, chunksize=1)
+            pool.close()  # the workers end on the queue's sentinel; `with` would SIGTERM them
+            pool.join()
     by_setting: dict[tuple, dict[str, list[CompileResult]]] = {}
     for where, per_gate in done:
         for gate, result in per_gate.items():
