@@ -43,16 +43,12 @@ PYTEST_WORKERS ?= 3
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # The slowest tests are listed at the end of every run: where the suite's time goes.
 PYTEST_DURATIONS := --durations=25
-# The suite starts hundreds of Python processes (run workers, code servers, CLI commands); with
-# PYTHONDONTWRITEBYTECODE set (as on our CI machines) each compiled our modules again and every
-# test worker re-ran pytest's assertion rewriting (6 CPU-s a worker): the tests write bytecode.
-PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
 test: setup
-	$(PYTEST) -q $(PYTEST_PARALLEL) $(PYTEST_DURATIONS)
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_DURATIONS)
 
 test-fast: setup
-	$(PYTEST) -q $(PYTEST_PARALLEL) -m "not slow"
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 # dagster dev through a launcher that makes Ctrl-C and SIGTERM stop it even when started in the background
 ui: setup
